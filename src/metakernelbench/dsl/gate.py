@@ -1,0 +1,44 @@
+"""Counts a DSL's kernel launches and can neutralise them, to prove a submission's DSL kernel fed its outputs.
+
+The gate wraps the Python entry points through which a DSL launches compiled code. Nested entry points (a
+subclass's __call__ calling its base's) count once: only the outermost call counts and is neutralised.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+
+class LaunchGate:
+    def __init__(self) -> None:
+        self.launches = 0
+        self.neutralise = False
+        self._depth = 0
+        self.wrapped: list[str] = []
+
+    def wrap(self, owner: Any, attr: str, neutral_result: Callable[[], Any] = lambda: None) -> None:
+        original = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
+        if original is None or getattr(original, "__mkb_gate__", False):
+            return
+        gate = self
+
+        @functools.wraps(original)
+        def gated(*args, **kwargs):
+            if gate._depth:
+                return original(*args, **kwargs)
+            gate.launches += 1
+            if gate.neutralise:
+                return neutral_result()
+            gate._depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                gate._depth -= 1
+
+        gated.__mkb_gate__ = True
+        setattr(owner, attr, gated)
+        self.wrapped.append(f"{getattr(owner, '__qualname__', owner)}.{attr}")
+
+    def take(self) -> int:
+        count, self.launches = self.launches, 0
+        return count

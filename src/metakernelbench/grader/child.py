@@ -1,0 +1,235 @@
+"""The untrusted side of grading: imports one submission and runs it on inputs it makes from seeds the parent sends.
+
+Nothing here decides a verdict. It reports timings, launch counts and outputs; the parent compares outputs with a
+reference that never exists in this process. Functions the timing and reporting depend on are bound before the
+submission is imported and checked by identity at the end.
+"""
+from __future__ import annotations
+
+import builtins
+import collections
+import importlib.util
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+import torch
+
+from metakernelbench.grader import channel
+
+KEEP_ALIVE_BYTES = {"cuda": 8 << 30, "cpu": 256 << 20}
+L2_FLUSH_BYTES = {"cuda": 256 << 20, "cpu": 32 << 20}
+POISON_CAP_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}
+
+
+def _watched(device_type: str) -> list[tuple[object, str]]:
+    """Objects a cheating submission would patch to fake timing, synchronisation, comparison or reporting."""
+    watched = [(time, "perf_counter"), (torch, "equal"), (torch.Tensor, "clone"), (torch.Tensor, "cpu"),
+               (torch.Tensor, "contiguous"), (torch.Tensor, "view"), (torch.Tensor, "numpy"), (torch.Tensor, "zero_"),
+               (torch.Tensor, "fill_"), (socket.socket, "sendall"), (socket.socket, "recv"), (json, "dumps"),
+               (json, "loads"), (threading, "active_count"), (builtins, "isinstance"), (builtins, "type")]
+    watched += [(channel, name) for name in ("send", "recv", "tensor_to_wire")]
+    if device_type == "cuda":
+        watched += [(torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
+                    (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize")]
+    return watched
+
+
+class _ImportGuard:
+    """Blocks the submission's own imports outside its DSL's allow-list, even of modules already loaded."""
+
+    def __init__(self, module_name: str, allowed_roots: tuple[str, ...]) -> None:
+        self.module_name = module_name
+        self.allowed_roots = allowed_roots
+        self.original = builtins.__import__
+
+    def __call__(self, name, globals=None, locals=None, fromlist=(), level=0):
+        importer = (globals or {}).get("__name__")
+        if importer == self.module_name:
+            root_ok = any(name == r or name.startswith(r + ".") for r in self.allowed_roots)
+            if level or not root_ok:
+                raise ImportError(f"import of '{name}' is not allowed in a submission")
+        return self.original(name, globals, locals, fromlist, level)
+
+
+class Runner:
+    def __init__(self, sock: socket.socket, job: dict) -> None:
+        from metakernelbench.suite.loader import problem_from_file
+
+        self.sock = sock
+        self.job = job
+        self.device = job["device"]
+        self.device_type = torch.device(self.device).type
+        self.problem = problem_from_file(job["problem_path"])
+        self.watched = [(owner, attr, getattr(owner, attr)) for owner, attr in _watched(self.device_type)]
+        self.perf_counter = time.perf_counter
+        self.keep_alive: collections.deque = collections.deque()
+        self.keep_alive_bytes = 0
+        self.last: dict | None = None
+        self.gate = None
+        self.solve = None
+        if self.device_type == "cuda":
+            torch.cuda.set_device(torch.device(self.device))
+            self.sync = torch.cuda.synchronize
+            self.Event = torch.cuda.Event
+        self.flush_buffer = torch.empty(L2_FLUSH_BYTES[self.device_type], dtype=torch.uint8, device=self.device)
+
+    # -- set-up -----------------------------------------------------------------------------------------------
+    def load(self) -> dict:
+        mode = self.job["mode"]
+        if mode == "eager":
+            self.solve = self.problem.module.reference
+            return {}
+        if mode == "compiled":
+            self.solve = torch.compile(self.problem.module.reference)
+            return {}
+        from metakernelbench.dsl import get_adapter
+        from metakernelbench.dsl.gate import LaunchGate
+
+        adapter = get_adapter(self.job["dsl"])
+        self.gate = LaunchGate()
+        adapter.install_gate(self.gate)
+        module_name = "submission"
+        builtins.__import__ = _ImportGuard(module_name, adapter.allowed_roots + _COMMON_RUNTIME_IMPORTS)
+        self.watched.append((builtins, "__import__", builtins.__import__))
+        started = self.perf_counter()
+        spec = importlib.util.spec_from_file_location(module_name, self.job["candidate_path"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        solve = getattr(module, "solve", None)
+        if not callable(solve):
+            raise AttributeError("the submission defines no callable `solve`")
+        self.solve = solve
+        return {"import_s": self.perf_counter() - started, "gate_entry_points": len(self.gate.wrapped)}
+
+    # -- one call ---------------------------------------------------------------------------------------------
+    def _poison(self, inputs: tuple) -> None:
+        """Fill memory the allocator will hand out next with NaN bytes, so unwritten outputs cannot pass."""
+        total = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+        size = min(max(2 * total, 1 << 20), POISON_CAP_BYTES[self.device_type])
+        block = torch.empty(size, dtype=torch.uint8, device=self.device)
+        block.fill_(0xFF)
+        del block
+
+    def _remember(self, inputs: tuple) -> None:
+        size = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+        self.keep_alive.append((inputs, size))
+        self.keep_alive_bytes += size
+        while self.keep_alive_bytes > KEEP_ALIVE_BYTES[self.device_type] and len(self.keep_alive) > 1:
+            self.keep_alive_bytes -= self.keep_alive.popleft()[1]
+
+    def call(self, msg: dict) -> dict:
+        self.last = None
+        inputs = self.problem.make_inputs(int(msg["seed"]), self.device, msg["size"])
+        pristine = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
+        self._poison(inputs)
+        self.flush_buffer.zero_()
+        if self.gate is not None:
+            self.gate.take()
+            self.gate.neutralise = bool(msg.get("ghost"))
+        try:
+            if self.device_type == "cuda":
+                self.sync()
+                start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
+                start.record()
+                host_start = self.perf_counter()
+                outputs = self.solve(*inputs)
+                self.sync()
+                end.record()
+                end.synchronize()
+                host_ms = (self.perf_counter() - host_start) * 1e3
+                ms = start.elapsed_time(end)
+            else:
+                host_start = self.perf_counter()
+                outputs = self.solve(*inputs)
+                host_ms = ms = (self.perf_counter() - host_start) * 1e3
+        finally:
+            if self.gate is not None:
+                self.gate.neutralise = False
+        launches = self.gate.take() if self.gate is not None else None
+        self.last = {"inputs": inputs, "pristine": pristine, "outputs": outputs}
+        self._remember(inputs)
+        return {"ms": ms, "host_ms": host_ms, "launches": launches}
+
+    def report_outputs(self) -> tuple[dict, list[bytes]]:
+        if self.last is None:
+            return {"error": "no outputs to send"}, []
+        inputs, pristine, outputs = self.last["inputs"], self.last["pristine"], self.last["outputs"]
+        self.last = None
+        single = not isinstance(outputs, (tuple, list))
+        items = [outputs] if single else list(outputs)
+        metas, blobs, problems = [], [], []
+        for i, out in enumerate(items):
+            if type(out) is not torch.Tensor:
+                problems.append(f"output {i} is {type(out).__module__}.{type(out).__qualname__}, not torch.Tensor")
+                metas.append(None)
+                continue
+            meta, blob = channel.tensor_to_wire(out)
+            meta["device"] = str(out.device)
+            metas.append(meta)
+            blobs.append(blob)
+        inplace = {int(v): k for k, v in self.problem.inplace.items()}
+        unchanged = []
+        for i, (now, before) in enumerate(zip(inputs, pristine)):
+            if before is None or i in inplace:
+                continue
+            unchanged.append(bool(torch.equal(now, before)))
+            if not unchanged[-1]:
+                problems.append(f"input {i} was modified but the problem does not declare it an in-place output")
+        for index, name in inplace.items():
+            pos = self.problem.outputs.index(name) if name in self.problem.outputs else None
+            if pos is None or pos >= len(items) or items[pos] is not inputs[index]:
+                problems.append(f"output '{name}' must be input {index} itself, modified in place")
+        return {"single": single, "outputs": metas, "integrity_problems": problems}, blobs
+
+    def finish(self) -> dict:
+        tampered = [f"{getattr(o, '__name__', o)}.{a}" for o, a, orig in self.watched if getattr(o, a) is not orig]
+        return {"tampered": tampered, "python_threads": threading.active_count(),
+                "native_threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None}
+
+
+_COMMON_RUNTIME_IMPORTS = ("torch", "math", "functools", "typing", "operator", "itertools", "dataclasses",
+                           "__future__")
+
+
+def _error_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]
+
+
+def serve(sock: socket.socket, job: dict) -> None:
+    """Answer the parent's requests until it says finish; every reply echoes its request's nonce."""
+    try:
+        runner = Runner(sock, job)
+        info = runner.load()
+    except BaseException as exc:  # the submission failed to import: report, never raise
+        channel.send(sock, {"op": "ready", "nonce": job["nonce"], "error": _error_text(exc)})
+        return
+    channel.send(sock, {"op": "ready", "nonce": job["nonce"], "python_threads": threading.active_count(),
+                        "network_isolated": job.get("network_isolated"), **info})
+    while True:
+        msg, _ = channel.recv(sock)
+        op, nonce = msg.get("op"), msg.get("nonce")
+        try:
+            if op == "call":
+                channel.send(sock, {"nonce": nonce, **runner.call(msg)})
+            elif op == "send":
+                header, blobs = runner.report_outputs()
+                channel.send(sock, {"nonce": nonce, **header}, blobs)
+            elif op == "drop":
+                runner.last = None
+                channel.send(sock, {"nonce": nonce})
+            elif op == "finish":
+                channel.send(sock, {"nonce": nonce, **runner.finish()})
+                return
+            else:
+                channel.send(sock, {"nonce": nonce, "error": f"unknown op {op!r}"})
+        except BaseException as exc:
+            fatal = isinstance(exc, (KeyboardInterrupt, SystemExit)) or "CUDA" in str(exc) or "cuda" in str(exc)
+            channel.send(sock, {"nonce": nonce, "error": _error_text(exc), "fatal": fatal})
+            if fatal:
+                return

@@ -1,0 +1,132 @@
+"""Correctness rules, run in the trusted parent: fp64-anchored float budgets, exact integers, FP8 within one step.
+
+Float rule: each element's error against an fp64 reference, measured relative to |ref| + rms(ref) (so tiny
+elements are judged on the output's own scale, not exempted), may be at most BUDGET_FACTOR times the worst such
+error of the low-precision reference, floored at FLOOR_FACTOR·eps of the output dtype (so a reference that happens
+to be exact does not demand bit-exactness). The L2 norm of the error obeys the same factor, which catches wholesale
+precision downgrades that stay under the elementwise bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+BUDGET_FACTOR = 8.0
+FLOOR_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output of one draw compared with the reference."""
+
+    name: str
+    rule: str
+    passed: bool
+    error: float
+    budget: float
+    reason: str = ""
+
+
+def _eps(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+
+
+def _structure(name: str, got: torch.Tensor, want: torch.Tensor, rule: str) -> OutputCheck | None:
+    if got.dtype != want.dtype:
+        return OutputCheck(name, rule, False, float("inf"), 0.0, f"dtype {got.dtype} != expected {want.dtype}")
+    if tuple(got.shape) != tuple(want.shape):
+        return OutputCheck(name, rule, False, float("inf"), 0.0,
+                           f"shape {tuple(got.shape)} != expected {tuple(want.shape)}")
+    return None
+
+
+def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64: torch.Tensor) -> OutputCheck:
+    bad = _structure(name, got, ref_lp, "float")
+    if bad:
+        return bad
+    got64, lp64, ref = got.to(torch.float64), ref_lp.to(torch.float64), ref64.to(torch.float64)
+    if not torch.isfinite(got64).all():
+        count = int((~torch.isfinite(got64)).sum())
+        return OutputCheck(name, "float", False, float("inf"), 0.0, f"{count} non-finite values (NaN/Inf)")
+    if ref.numel() == 0:
+        return OutputCheck(name, "float", True, 0.0, 0.0)
+    eps = _eps(got.dtype)
+    typical = float(ref.pow(2).mean().sqrt())
+    scale = ref.abs() + typical
+    err = (got64 - ref).abs() / scale
+    budget = BUDGET_FACTOR * max(float(((lp64 - ref).abs() / scale).max()), FLOOR_FACTOR * eps)
+    worst = int(err.argmax())
+    if float(err.flatten()[worst]) > budget:
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ref.shape))
+        return OutputCheck(name, "float", False, float(err.flatten()[worst]), budget,
+                           f"error {float(err.flatten()[worst]):.3g} > budget {budget:.3g} (relative to |ref| + "
+                           f"rms(ref)) at index {idx}: got {float(got64.flatten()[worst]):.6g}, expected "
+                           f"{float(ref.flatten()[worst]):.6g}")
+    norm_ref = float(torch.linalg.vector_norm(ref))
+    err_l2 = float(torch.linalg.vector_norm(got64 - ref))
+    budget_l2 = BUDGET_FACTOR * max(float(torch.linalg.vector_norm(lp64 - ref)), FLOOR_FACTOR * eps * norm_ref)
+    if err_l2 > budget_l2:
+        return OutputCheck(name, "float", False, err_l2, budget_l2,
+                           f"L2 error {err_l2:.3g} > budget {budget_l2:.3g} (precision too low overall)")
+    return OutputCheck(name, "float", True, float(err.max()), budget)
+
+
+def check_exact(name: str, got: torch.Tensor, want: torch.Tensor) -> OutputCheck:
+    bad = _structure(name, got, want, "exact")
+    if bad:
+        return bad
+    same = got.view(torch.uint8) == want.view(torch.uint8) if got.dtype.is_floating_point else got == want
+    mismatched = int((~same).sum())
+    if mismatched:
+        return OutputCheck(name, "exact", False, float(mismatched), 0.0, f"{mismatched} elements differ (exact match required)")
+    return OutputCheck(name, "exact", True, 0.0, 0.0)
+
+
+def e4m3_step(magnitude: torch.Tensor) -> torch.Tensor:
+    """Spacing of float8_e4m3fn numbers at |value| (3 mantissa bits; subnormal spacing 2^-9)."""
+    exponent = torch.floor(torch.log2(magnitude.clamp(min=2.0 ** -6)))
+    return torch.pow(2.0, exponent - 3)
+
+
+def check_fp8_dequant(name: str, got: torch.Tensor, got_scales: torch.Tensor, ref_q: torch.Tensor,
+                      ref_scales: torch.Tensor, group: int) -> OutputCheck:
+    bad = _structure(name, got, ref_q, "fp8_dequant")
+    if bad:
+        return bad
+    if tuple(got_scales.shape) != tuple(ref_scales.shape):
+        return OutputCheck(name, "fp8_dequant", False, float("inf"), 0.0, "scales have the wrong shape")
+    q = got.to(torch.float64)
+    if not torch.isfinite(q).all():
+        return OutputCheck(name, "fp8_dequant", False, float("inf"), 0.0, "NaN in quantised output")
+    expand = lambda s: s.to(torch.float64).repeat_interleave(group, dim=-1)[..., : q.shape[-1]]  # noqa: E731
+    q_ref = ref_q.to(torch.float64)
+    deq, deq_ref = q * expand(got_scales), q_ref * expand(ref_scales)
+    budget = e4m3_step(q_ref.abs()) * expand(ref_scales) * 1.0001
+    excess = (deq - deq_ref).abs() - budget
+    worst = int(excess.argmax())
+    if float(excess.flatten()[worst]) > 0:
+        count = int((excess > 0).sum())
+        return OutputCheck(name, "fp8_dequant", False, float((deq - deq_ref).abs().flatten()[worst]),
+                           float(budget.flatten()[worst]),
+                           f"{count} dequantised values off by more than one e4m3 step (worst at flat index {worst})")
+    return OutputCheck(name, "fp8_dequant", True, float((deq - deq_ref).abs().max()), float(budget.max()))
+
+
+def compare(problem, got: tuple, ref_lp: tuple, ref64: tuple) -> list[OutputCheck]:
+    """Compare every output by the rule its problem declares ("float" when undeclared and floating, else "exact")."""
+    names = list(problem.outputs) or [f"output{i}" for i in range(len(ref_lp))]
+    if len(got) != len(ref_lp):
+        return [OutputCheck("outputs", "structure", False, float("inf"), 0.0,
+                            f"returned {len(got)} outputs, expected {len(ref_lp)}")]
+    checks = []
+    for i, (name, g, lp, r64) in enumerate(zip(names, got, ref_lp, ref64)):
+        rule = problem.compare.get(name, "float" if lp.dtype.is_floating_point and lp.element_size() > 1 else "exact")
+        if isinstance(rule, dict) and rule.get("rule") == "fp8_dequant":
+            scale_index = names.index(rule["scales"])
+            checks.append(check_fp8_dequant(name, g, got[scale_index], lp, ref_lp[scale_index], int(rule["group"])))
+        elif rule == "exact":
+            checks.append(check_exact(name, g, lp))
+        else:
+            checks.append(check_float(name, g, lp, r64))
+    return checks

@@ -1,0 +1,430 @@
+"""The trusted side of grading: drives a fresh untrusted child per submission and computes the verdict.
+
+The parent never imports submission code. It draws seeds (`secrets`) and sends them one at a time after the
+submission is imported, regenerates the same inputs itself, computes the reference (low precision and fp64) on
+its own copies, and compares what the child returns. Timing happens in the child with functions bound before the
+submission loaded; the parent checks them by identity, checks event time against wall time, and refuses runtimes
+below the roofline floor.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from metakernelbench.grader import channel
+from metakernelbench.grader.compare import compare
+from metakernelbench.grader.forkserver import ForkServer
+from metakernelbench.grader.verdict import Verdict
+from metakernelbench.suite.loader import Problem
+
+OUTPUT_TAIL_BYTES = 8192
+# Vendor peaks (bytes/s, dense bf16 FLOP/s) for the roofline floor; a measured time below the floor is impossible.
+GPU_PEAKS = {"H200": (4.8e12, 989e12), "H100 PCIe": (2.0e12, 756e12), "H100": (3.35e12, 989e12),
+             "H20": (4.0e12, 148e12), "GH200": (4.9e12, 989e12), "B200": (8.0e12, 2250e12),
+             "B300": (8.0e12, 2500e12), "A100": (2.04e12, 312e12), "L40S": (0.864e12, 362e12),
+             "RTX 4090": (1.01e12, 165e12), "RTX 5090": (1.79e12, 210e12)}
+
+
+@dataclass(frozen=True)
+class GraderConfig:
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    check_draws: int = 5
+    extra_size_draws: int = 2
+    warmup_calls: int = 5
+    timed_calls: int = 30
+    reverified_calls: int = 3
+    baseline_processes: int = 3
+    compile_baseline: bool | None = None
+    static_rules: bool = True
+    import_timeout_s: float = 300.0
+    first_call_timeout_s: float = 300.0
+    call_timeout_s: float = 60.0
+    total_timeout_s: float = 1800.0
+    memory_limit_bytes: int | None = None
+    peak_bandwidth: float | None = None
+    peak_flops: float | None = None
+    extra_env: dict = field(default_factory=dict)
+
+
+# Failures that leave correctness unproven; the others (integrity, timer, roofline) fail a correct submission.
+_CORRECTNESS_FAILURES = ("static_rules", "import", "runtime_error", "timeout", "crash", "correctness", "launch",
+                         "ghost_replay")
+
+
+class _Failure(Exception):
+    def __init__(self, check: str, reason: str) -> None:
+        super().__init__(reason)
+        self.check = check
+        self.reason = reason
+
+
+def device_name(device: str) -> str:
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    return "cpu"
+
+
+def _summary(values: list[float]) -> dict:
+    ordered = sorted(values)
+    median = statistics.median(ordered)
+
+    def pct(p):
+        return ordered[min(len(ordered) - 1, int(round(p * (len(ordered) - 1))))]
+
+    return {"n": len(ordered), "median_ms": median, "mean_ms": statistics.fmean(ordered), "min_ms": ordered[0],
+            "max_ms": ordered[-1], "p10_ms": pct(0.1), "p90_ms": pct(0.9),
+            "spread": (pct(0.9) - pct(0.1)) / median if median > 0 else 0.0,
+            "max_over_median": ordered[-1] / median if median > 0 else 0.0}
+
+
+class _Session:
+    """One child process and the request/reply discipline with it."""
+
+    def __init__(self, server: ForkServer, job: dict, deadline: float) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="mkb-child-"))
+        self.job = {**job, "workdir": str(self.workdir), "nonce": secrets.token_hex(16)}
+        self.server = server
+        self.deadline = deadline
+        self.handle = server.spawn(self.job)
+        self.exit_code: int | None = None
+
+    def request(self, msg: dict, timeout_s: float, expect_nonce: str | None = None) -> tuple[dict, list[bytes]]:
+        nonce = expect_nonce or secrets.token_hex(16)
+        if expect_nonce is None:
+            channel.send(self.handle.sock, {**msg, "nonce": nonce})
+        budget = min(timeout_s, self.deadline - time.monotonic())
+        if budget <= 0:
+            raise _Failure("timeout", "the submission exceeded the total grading time limit")
+        self.handle.sock.settimeout(budget)
+        try:
+            header, blobs = channel.recv(self.handle.sock)
+        except socket.timeout:
+            raise _Failure("timeout", f"no answer within {budget:.0f} s (hang or endless loop); process killed")
+        except (channel.ChannelClosed, ConnectionError, ValueError) as exc:
+            raise _Failure("crash", f"the submission's process died or closed the channel ({exc})")
+        if header.get("nonce") != nonce:
+            raise _Failure("integrity", "a reply did not carry its request's nonce: the result channel was forged")
+        return header, blobs
+
+    def close(self) -> tuple[str, str]:
+        self.exit_code = self.server.reap(self.handle)
+        tails = []
+        for name in ("stdout.txt", "stderr.txt"):
+            path = self.workdir / name
+            data = path.read_bytes()[-OUTPUT_TAIL_BYTES:] if path.exists() else b""
+            tails.append(data.decode(errors="replace"))
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return tails[0], tails[1]
+
+
+class Grader:
+    """Grades submissions for problems; keeps one fork server and caches eager baselines per problem and size."""
+
+    def __init__(self, config: GraderConfig | None = None) -> None:
+        self.config = config or GraderConfig()
+        self.device = self.config.device
+        self.device_type = torch.device(self.device).type
+        self._server: ForkServer | None = None
+        self._server_dsls: tuple[str, ...] = ()
+        self._baselines: dict[tuple[str, str], dict] = {}
+
+    def __enter__(self) -> "Grader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._server:
+            self._server.close()
+            self._server = None
+
+    def _fork_server(self, dsl: str | None) -> ForkServer:
+        wanted = tuple(sorted(set(self._server_dsls) | ({dsl} if dsl else set())))
+        if self._server is None or wanted != self._server_dsls:
+            self.close()
+            self._server = ForkServer(list(wanted), env=self.config.extra_env)
+            self._server_dsls = wanted
+        return self._server
+
+    # -- reference side ---------------------------------------------------------------------------------------
+    def _references(self, problem: Problem, seed: int, size: str) -> tuple[tuple, tuple]:
+        inputs = problem.make_inputs(seed, self.device, size)
+        lp = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
+
+        def widen(t):
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                return t.to(torch.float64)
+            return t.clone() if isinstance(t, torch.Tensor) else t
+
+        wide = problem.reference(*[widen(t) for t in inputs])
+        return lp, wide
+
+    def _fetch_outputs(self, session: _Session) -> tuple:
+        header, blobs = session.request({"op": "send"}, self.config.call_timeout_s)
+        if header.get("error"):
+            raise _Failure("runtime_error", header["error"].strip().splitlines()[-1])
+        if header.get("integrity_problems"):
+            raise _Failure("integrity", "; ".join(header["integrity_problems"]))
+        metas, outputs, blob_iter = header["outputs"], [], iter(blobs)
+        for meta in metas:
+            tensor = channel.tensor_from_wire(meta, next(blob_iter))
+            if torch.device(meta["device"]).type != self.device_type:
+                raise _Failure("correctness", f"an output is on {meta['device']}, inputs were on {self.device}")
+            outputs.append(tensor.to(self.device))
+        return tuple(outputs)
+
+    def _call(self, session: _Session, seed: int, size: str, timeout_s: float, ghost: bool = False) -> dict:
+        reply, _ = session.request({"op": "call", "seed": seed, "size": size, "ghost": ghost}, timeout_s)
+        if reply.get("error"):
+            last = reply["error"].strip().splitlines()[-1] if reply["error"].strip() else "error"
+            raise _Failure("runtime_error", f"solve raised: {last}")
+        return reply
+
+    def _verify(self, problem: Problem, session: _Session, seed: int, size: str) -> dict:
+        got = self._fetch_outputs(session)
+        lp, wide = self._references(problem, seed, size)
+        checks = compare(problem, got, lp, wide)
+        return {"size": size, "outputs": [c.__dict__ for c in checks], "passed": all(c.passed for c in checks)}
+
+    # -- grading ------------------------------------------------------------------------------------------------
+    def grade(self, problem: Problem, dsl: str, path: Path) -> Verdict:
+        from metakernelbench.dsl import get_adapter
+
+        started = time.monotonic()
+        path = Path(path)
+        base = dict(problem=problem.id, dsl=dsl, device=f"{self.device} ({device_name(self.device)})")
+        try:
+            source = path.read_text()
+        except OSError as exc:
+            return Verdict(**base, file_sha256="", compiled=False, correct=False, passed=False,
+                           failed_check="static_rules", reason=f"cannot read {path}: {exc.strerror}")
+        base["file_sha256"] = hashlib.sha256(source.encode()).hexdigest()
+        adapter = get_adapter(dsl)
+        if self.config.static_rules:
+            try:
+                violations = adapter.check_source(source, str(path))
+            except SyntaxError as exc:
+                violations = [f"syntax error at line {exc.lineno}: {exc.msg}"]
+            if violations:
+                return Verdict(**base, compiled=False, correct=False, passed=False, failed_check="static_rules",
+                               reason="; ".join(violations[:5]), checks={"static_rules": {"passed": False,
+                                                                                         "detail": violations}})
+        state = {"draws": [], "checks": {}, "timings": {}, "compiled": False}
+        session = None
+        stdout = stderr = ""
+        failure: _Failure | None = None
+        runtime: dict = {}
+        try:
+            session = _Session(self._fork_server(dsl), {
+                "mode": "candidate", "dsl": dsl, "device": self.device, "problem_path": str(problem.path),
+                "candidate_path": str(path.resolve()), "memory_limit_bytes": self.config.memory_limit_bytes,
+            }, started + self.config.total_timeout_s)
+            runtime = self._run_candidate(problem, session, state)
+        except _Failure as exc:
+            failure = exc
+        finally:
+            if session is not None:
+                stdout, stderr = session.close()
+                if failure is not None and failure.check == "crash":
+                    failure = _Failure("crash", f"{failure.reason}; exit code {session.exit_code}")
+        if failure is None:
+            failure = self._judge(problem, state, runtime)
+        baseline = self._baseline(problem) if failure is None or state["compiled"] else {}
+        median = runtime.get("median_ms")
+        eager = baseline.get("eager", {})
+        speedup = speedup_range = speedup_compile = None
+        if median and eager.get("median_ms"):
+            speedup = eager["median_ms"] / median
+            speedup_range = [eager["min_process_ms"] / median, eager["max_process_ms"] / median]
+        if median and baseline.get("compiled", {}).get("median_ms"):
+            speedup_compile = baseline["compiled"]["median_ms"] / median
+        total = time.monotonic() - started
+        timings = {**state["timings"], "total": total}
+        timings["overhead"] = total - sum(timings.get(k, 0.0) for k in ("import", "first_call", "timed_calls",
+                                                                          "baseline"))
+        correct = (state["compiled"] and bool(state["draws"]) and all(d["passed"] for d in state["draws"])
+                   and (failure is None or failure.check not in _CORRECTNESS_FAILURES))
+        return Verdict(**base, compiled=state["compiled"], correct=correct,
+                       passed=failure is None, failed_check=failure.check if failure else None,
+                       reason=failure.reason if failure else "", draws=state["draws"], runtime=runtime,
+                       baseline=baseline, speedup_vs_eager=speedup, speedup_vs_eager_range=speedup_range,
+                       speedup_vs_compile=speedup_compile, roofline=state.get("roofline", {}),
+                       checks=state["checks"], timings_s=timings, stdout_tail=stdout, stderr_tail=stderr)
+
+    def _run_candidate(self, problem: Problem, session: _Session, state: dict) -> dict:
+        cfg = self.config
+        t0 = time.monotonic()
+        ready, _ = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
+        state["timings"]["import"] = time.monotonic() - t0
+        if ready.get("error"):
+            raise _Failure("import", "importing the submission failed: " + ready["error"].strip().splitlines()[-1])
+        state["checks"]["network_isolated"] = {"passed": True, "detail": "no network" if ready.get(
+            "network_isolated") else "the platform refused a private network namespace (not fatal)"}
+        if ready.get("python_threads", 1) != 1:
+            raise _Failure("integrity", f"the submission started {ready['python_threads'] - 1} thread(s) at import")
+
+        sizes = problem.check_sizes(self.device_type)
+        timed_size = problem.timed_size(self.device_type)
+        plan = [(timed_size, cfg.check_draws)] + [(s, cfg.extra_size_draws) for s in sizes if s != timed_size]
+        first = True
+        for size, draws in plan:
+            for _ in range(draws):
+                seed = secrets.randbits(62)
+                t1 = time.monotonic()
+                reply = self._call(session, seed, size, cfg.first_call_timeout_s if first else cfg.call_timeout_s)
+                if first:
+                    state["timings"]["first_call"] = time.monotonic() - t1
+                    state["compiled"] = True
+                    first = False
+                self._require_launch(reply)
+                draw = self._verify(problem, session, seed, size)
+                state["draws"].append(draw)
+                if not draw["passed"]:
+                    bad = next(o for o in draw["outputs"] if not o["passed"])
+                    raise _Failure("correctness", f"size '{size}', output '{bad['name']}': {bad['reason']}")
+
+        seed = secrets.randbits(62)
+        self._call(session, seed, timed_size, cfg.call_timeout_s, ghost=True)
+        ghost = self._verify(problem, session, seed, timed_size)
+        state["checks"]["ghost_replay"] = {"passed": not ghost["passed"],
+                                           "detail": "outputs with the DSL launches neutralised must be wrong"}
+        if ghost["passed"]:
+            raise _Failure("ghost_replay", "with its DSL kernel launches neutralised the submission still returns "
+                                           "correct outputs: the DSL kernel does not compute them")
+
+        total_calls = cfg.warmup_calls + cfg.timed_calls
+        reverify = set(secrets.SystemRandom().sample(range(total_calls), min(cfg.reverified_calls, total_calls)))
+        times, host_times = [], []
+        t2 = time.monotonic()
+        for i in range(total_calls):
+            seed = secrets.randbits(62)
+            reply = self._call(session, seed, timed_size, cfg.call_timeout_s)
+            self._require_launch(reply)
+            if i in reverify:
+                draw = self._verify(problem, session, seed, timed_size)
+                draw["reverified_timed_call"] = i
+                state["draws"].append(draw)
+                if not draw["passed"]:
+                    bad = next(o for o in draw["outputs"] if not o["passed"])
+                    raise _Failure("correctness", f"timed call {i} was wrong (output '{bad['name']}': "
+                                                  f"{bad['reason']}): honest only while checked?")
+            else:
+                session.request({"op": "drop"}, cfg.call_timeout_s)
+            if i >= cfg.warmup_calls:
+                times.append(float(reply["ms"]))
+                host_times.append(float(reply["host_ms"]))
+        state["timings"]["timed_calls"] = time.monotonic() - t2
+        final, _ = session.request({"op": "finish"}, cfg.call_timeout_s)
+        state["checks"]["unpatched"] = {"passed": not final["tampered"], "detail": final["tampered"]}
+        if final["tampered"]:
+            raise _Failure("integrity", f"grader-critical functions were replaced: {', '.join(final['tampered'])}")
+        state["checks"]["threads"] = {"passed": final["python_threads"] == 1,
+                                      "detail": f"{final['python_threads']} Python thread(s) after the calls"}
+        if final["python_threads"] != 1:
+            raise _Failure("integrity", "the submission left background threads running")
+        runtime = _summary(times)
+        runtime["host_median_ms"] = statistics.median(host_times)
+        inputs = problem.make_inputs(0, self.device, timed_size)
+        outputs = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
+        state["roofline"] = self._roofline(problem, inputs, outputs, runtime["median_ms"])
+        return runtime
+
+    @staticmethod
+    def _require_launch(reply: dict) -> None:
+        if reply.get("launches") is not None and reply["launches"] < 1:
+            raise _Failure("launch", "a call to solve launched no kernel written in the variant's DSL")
+
+    def _judge(self, problem: Problem, state: dict, runtime: dict) -> _Failure | None:
+        median, host = runtime["median_ms"], runtime["host_median_ms"]
+        timer_ok = median >= 0.5 * host - 0.05
+        state["checks"]["timer"] = {"passed": timer_ok,
+                                    "detail": f"device-timer median {median:.4g} ms vs wall clock {host:.4g} ms"}
+        if not timer_ok:
+            return _Failure("timer", "the device timer reports far less time than the wall clock: work escaped "
+                                     "the timer")
+        floor = state["roofline"].get("floor_ms")
+        plausible = floor is None or median >= 0.95 * floor
+        state["checks"]["roofline"] = {"passed": plausible,
+                                       "detail": f"median {median:.4g} ms vs physical floor {floor} ms"}
+        if not plausible:
+            return _Failure("roofline", f"median runtime {median:.4g} ms is below the physical floor {floor:.4g} ms")
+        return None
+
+    def _peaks(self) -> tuple[float | None, float | None]:
+        if self.config.peak_bandwidth or self.config.peak_flops:
+            return self.config.peak_bandwidth, self.config.peak_flops
+        name = device_name(self.device)
+        for key, peaks in GPU_PEAKS.items():
+            if key in name:
+                return peaks
+        return None, None
+
+    def _roofline(self, problem: Problem, inputs: tuple, outputs: tuple, median_ms: float) -> dict:
+        moved, flops = problem.bytes_moved(inputs, outputs), problem.flops(inputs)
+        bandwidth, peak_flops = self._peaks()
+        if not bandwidth:
+            return {"bytes": moved, "flops": flops, "floor_ms": None, "fraction": None,
+                    "note": f"no peak figures for {device_name(self.device)}"}
+        floor_s = max(moved / bandwidth, flops / peak_flops if peak_flops else 0.0)
+        return {"bytes": moved, "flops": flops, "peak_bandwidth": bandwidth, "peak_flops": peak_flops,
+                "floor_ms": floor_s * 1e3, "fraction": floor_s * 1e3 / median_ms if median_ms else None}
+
+    # -- baselines ----------------------------------------------------------------------------------------------
+    def _baseline(self, problem: Problem) -> dict:
+        size = problem.timed_size(self.device_type)
+        key = (problem.id, size)
+        if key not in self._baselines:
+            modes = ["eager"]
+            use_compile = self.config.compile_baseline
+            if use_compile is None:
+                use_compile = self.device_type == "cuda"
+            if use_compile:
+                modes.append("compiled")
+            result = {"size": size}
+            started = time.monotonic()
+            for mode in modes:
+                result[mode] = self._time_baseline(problem, mode, size)
+            result["seconds"] = time.monotonic() - started
+            self._baselines[key] = result
+        return self._baselines[key]
+
+    def _time_baseline(self, problem: Problem, mode: str, size: str) -> dict:
+        cfg = self.config
+        medians, errors = [], []
+        for _ in range(cfg.baseline_processes if mode == "eager" else 1):
+            session = _Session(self._fork_server(None), {
+                "mode": mode, "dsl": None, "device": self.device, "problem_path": str(problem.path),
+                "candidate_path": None, "memory_limit_bytes": cfg.memory_limit_bytes,
+            }, time.monotonic() + cfg.total_timeout_s)
+            try:
+                ready, _ = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
+                if ready.get("error"):
+                    raise _Failure("import", ready["error"].strip().splitlines()[-1])
+                times = []
+                for i in range(cfg.warmup_calls + cfg.timed_calls):
+                    reply = self._call(session, secrets.randbits(62), size, cfg.first_call_timeout_s)
+                    session.request({"op": "drop"}, cfg.call_timeout_s)
+                    if i >= cfg.warmup_calls:
+                        times.append(float(reply["ms"]))
+                medians.append(statistics.median(times))
+                session.request({"op": "finish"}, cfg.call_timeout_s)
+            except _Failure as exc:
+                errors.append(exc.reason)
+            finally:
+                session.close()
+        if not medians:
+            return {"error": errors[0] if errors else "no measurement"}
+        median = statistics.median(medians)
+        return {"median_ms": median, "process_medians_ms": medians, "min_process_ms": min(medians),
+                "max_process_ms": max(medians), "spread": (max(medians) - min(medians)) / median}
+
