@@ -130,6 +130,9 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
              device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
              arch: str = typer.Option("sm_90a", help="GPU arch for compile checks on a CPU-only machine."),
              out: Optional[Path] = typer.Option(None, help="Write the JSON record here."),
+             compile_baseline: Optional[bool] = typer.Option(
+                 None, "--compile-baseline/--no-compile-baseline",
+                 help="Also time torch.compile of the reference (default: on a GPU)."),
              suite: Optional[Path] = SuiteOption) -> None:
     """Grade every reference solution on the GPU; on a CPU-only machine, compile each for --arch instead."""
     from metakernelbench.grader.validation import validate as run_validation
@@ -145,7 +148,7 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
             if row.get("median_ms") and row.get("fraction_of_roofline") else ""
         console.print(f"{mark} {row['problem']} [{row['dsl']}] {timing} {detail}", highlight=False)
 
-    record = run_validation(chosen, dsls, dev, arch, progress=show_row)
+    record = run_validation(chosen, dsls, dev, arch, compile_baseline, progress=show_row)
     s = record["summary"]
     console.print(f"{s['passed']}/{s['total']} variants {'pass' if record['mode'] == 'grade' else 'compile'} "
                   f"({s['seconds']:.0f} s)")

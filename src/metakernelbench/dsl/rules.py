@@ -48,7 +48,7 @@ FORBIDDEN_ATTRIBUTES = {
     "cuStreamSetAttribute": "L2 persistence", "cuCtxSetLimit": "L2 persistence", "cuGraphLaunch": "CUDA graphs",
     "cuStreamBeginCapture": "CUDA graphs", "load_module": "loading foreign binaries",
     "export_library": "writing binaries", "Thread": "background threads", "Process": "subprocesses",
-    "data_ptr": "keying results on storage addresses", "_cdata": "keying results on storage addresses",
+    "_cdata": "keying results on storage addresses",
     "_version": "keying results on tensor versions", "untyped_storage": "keying results on storage",
 }
 

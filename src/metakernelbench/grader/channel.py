@@ -22,18 +22,19 @@ class ChannelClosed(Exception):
     """The other side went away (exited, crashed or was killed)."""
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks, got = [], 0
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    """Read exactly n bytes straight into one buffer (outputs can be hundreds of MB: no intermediate copies)."""
+    buffer = bytearray(n)
+    view, got = memoryview(buffer), 0
     while got < n:
-        chunk = sock.recv(min(n - got, 1 << 22))
-        if not chunk:
+        count = sock.recv_into(view[got:], min(n - got, 1 << 24))
+        if not count:
             raise ChannelClosed("peer closed the channel")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        got += count
+    return buffer
 
 
-def send(sock: socket.socket, header: dict, blobs: list[bytes] | None = None) -> None:
+def send(sock: socket.socket, header: dict, blobs: list | None = None) -> None:
     blobs = blobs or []
     header = {**header, "blob_sizes": [len(b) for b in blobs]}
     raw = json.dumps(header).encode()
@@ -42,7 +43,7 @@ def send(sock: socket.socket, header: dict, blobs: list[bytes] | None = None) ->
         sock.sendall(blob)
 
 
-def recv(sock: socket.socket, max_blob_bytes: int = 1 << 36) -> tuple[dict, list[bytes]]:
+def recv(sock: socket.socket, max_blob_bytes: int = 1 << 36) -> tuple[dict, list[bytearray]]:
     (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
     if size > MAX_HEADER:
         raise ChannelClosed(f"header of {size} bytes exceeds the limit: channel corrupted")
@@ -55,17 +56,19 @@ def recv(sock: socket.socket, max_blob_bytes: int = 1 << 36) -> tuple[dict, list
     return header, [_recv_exact(sock, int(s)) for s in sizes]
 
 
-def tensor_to_wire(t: torch.Tensor) -> tuple[dict, bytes]:
+def tensor_to_wire(t: torch.Tensor) -> tuple[dict, memoryview]:
     flat = t.detach().contiguous().view(-1)
     carrier = _CARRIER[t.element_size()]
-    data = flat.view(carrier).cpu().numpy().tobytes()
+    data = memoryview(np.ascontiguousarray(flat.view(carrier).cpu().numpy())).cast("B")
     return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}, data
 
 
-def tensor_from_wire(meta: dict, data: bytes) -> torch.Tensor:
+def tensor_from_wire(meta: dict, data: bytearray) -> torch.Tensor:
     dtype = getattr(torch, str(meta["dtype"]), None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype {meta['dtype']!r}")
+    shape = [int(s) for s in meta["shape"]]
+    if not data:
+        return torch.empty(shape, dtype=dtype)
     carrier = _CARRIER[torch.empty((), dtype=dtype).element_size()]
-    array = np.frombuffer(data, dtype=torch.empty((), dtype=carrier).numpy().dtype).copy()
-    return torch.from_numpy(array).view(dtype).reshape([int(s) for s in meta["shape"]])
+    return torch.frombuffer(data, dtype=carrier).view(dtype).reshape(shape)

@@ -73,7 +73,7 @@ class Runner:
         self.gate = None
         self.solve = None
         if self.device_type == "cuda":
-            torch.cuda.set_device(torch.device(self.device))
+            torch.cuda.set_device(torch.device(self.device).index or 0)
             self.sync = torch.cuda.synchronize
             self.Event = torch.cuda.Event
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES[self.device_type], dtype=torch.uint8, device=self.device)

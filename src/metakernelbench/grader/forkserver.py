@@ -101,7 +101,8 @@ class ForkServer:
         self.process = subprocess.Popen(
             [sys.executable, "-c", "import sys; from metakernelbench.grader.forkserver import main; main(sys.argv[1:])",
              str(theirs.fileno()), *dsls],
-            pass_fds=[theirs.fileno()], env=scrubbed_env(env), stdin=subprocess.DEVNULL,
+            pass_fds=[theirs.fileno()], env=scrubbed_env({"PYTORCH_NVML_BASED_CUDA_CHECK": "1", **(env or {})}),
+            stdin=subprocess.DEVNULL,
         )
         theirs.close()
         self._reader = self._control.makefile("rb")

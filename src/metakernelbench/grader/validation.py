@@ -55,12 +55,12 @@ def environment(device: str) -> dict:
 
 
 def validate(problems: list[Problem], dsls: list[str], device: str, arch: str = "sm_90a",
-             progress=lambda row: None) -> dict:
+             compile_baseline: bool | None = None, progress=lambda row: None) -> dict:
     started = time.monotonic()
     on_gpu = torch.device(device).type == "cuda"
     rows = []
     if on_gpu:
-        with Grader(GraderConfig(device=device)) as grader:
+        with Grader(GraderConfig(device=device, compile_baseline=compile_baseline)) as grader:
             for problem in problems:
                 for dsl in dsls:
                     path = problem.solution_path(dsl)

@@ -27,8 +27,9 @@ VERDICT_LEGEND = {
     "roofline": "bytes and flops of the problem, the floor time at the device's peak bandwidth/compute, and "
                 "fraction = floor / median runtime",
     "checks": "integrity checks, each {passed, detail}",
-    "timings_s": "grading phases in seconds: import, first_call (includes the submission's compile), total, "
-                 "overhead (total minus import, first call and timed calls)",
+    "timings_s": "grading phases in seconds: import, first_call (includes the submission's compile), timed_calls, "
+                 "baseline (0 when cached for the problem), total, overhead (total minus first call, timed calls "
+                 "and baseline: what the grader itself costs per submission)",
     "stdout_tail": "last bytes the submission printed (capped)",
     "stderr_tail": "last bytes of the submission's stderr (capped)",
 }

@@ -1,0 +1,72 @@
+"""Where does a timed call's time go? Times one problem's eager reference and reference solutions in the child
+harness with each harness step switched off in turn, against a plain same-input event loop.
+
+    python benchmarks/timing_anatomy.py [PROBLEM] [DSL...]      (on a GPU machine)
+"""
+from __future__ import annotations
+
+import importlib.util
+import socket
+import statistics
+import sys
+
+import torch
+
+from metakernelbench.grader import child
+from metakernelbench.suite import load_problem
+
+
+def harness_ms(problem, mode, dsl, calls=30, poison=True, keep_alive=True):
+    job = {"mode": mode, "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path),
+           "candidate_path": str(problem.solution_path(dsl)) if dsl else None}
+    runner = child.Runner(socket.socket(), job)
+    runner.load()
+    if not poison:
+        runner._poison = lambda inputs: None
+    if not keep_alive:
+        runner._remember = lambda inputs: None
+    size = problem.timed_size("cuda")
+    times, hosts = [], []
+    for i in range(calls + 5):
+        reply = runner.call({"seed": i, "size": size})
+        runner.last = None
+        if i >= 5:
+            times.append(reply["ms"])
+            hosts.append(reply["host_ms"])
+    return statistics.median(times), statistics.median(hosts)
+
+
+def plain_ms(fn, inputs, calls=30):
+    for _ in range(5):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn(*inputs)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def main():
+    problem = load_problem(sys.argv[1] if len(sys.argv) > 1 else "38")
+    dsls = sys.argv[2:] or ["tirx"]
+    inputs = problem.make_inputs(1, "cuda:0", problem.timed_size("cuda"))
+    rows = [("eager plain loop (same inputs, back to back)", plain_ms(problem.module.reference, inputs), None)]
+    for dsl in dsls:
+        spec = importlib.util.spec_from_file_location(f"solution_{dsl}", problem.solution_path(dsl))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        rows.append((f"{dsl} plain loop (same inputs, back to back)", plain_ms(module.solve, inputs), None))
+    for mode, dsl in [("eager", None)] + [("candidate", d) for d in dsls]:
+        label = dsl or "eager"
+        for poison, keep in ((True, True), (False, True), (True, False), (False, False)):
+            ms, host = harness_ms(problem, mode, dsl, poison=poison, keep_alive=keep)
+            rows.append((f"{label} harness poison={poison} keep_alive={keep}", ms, host))
+    for name, ms, host in rows:
+        print(f"{name:60s} {ms:9.4f} ms" + (f"   host {host:9.4f} ms" if host else ""))
+
+
+if __name__ == "__main__":
+    main()
