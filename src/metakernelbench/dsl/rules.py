@@ -50,6 +50,11 @@ FORBIDDEN_ATTRIBUTES = {
     "export_library": "writing binaries", "Thread": "background threads", "Process": "subprocesses",
     "_cdata": "keying results on storage addresses",
     "_version": "keying results on tensor versions", "untyped_storage": "keying results on storage",
+    "os": "modules re-exported by allowed ones", "sys": "modules re-exported by allowed ones",
+    "importlib": "modules re-exported by allowed ones", "builtins": "modules re-exported by allowed ones",
+    "ctypes": "modules re-exported by allowed ones", "inspect": "modules re-exported by allowed ones",
+    "subprocess": "modules re-exported by allowed ones", "gc": "modules re-exported by allowed ones",
+    "attrgetter": "dynamic attribute access", "methodcaller": "dynamic attribute access",
 }
 
 

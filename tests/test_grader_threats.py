@@ -1,0 +1,502 @@
+"""Adversarial tests of the grader: one real exploit submission per GRADER-THREATS row must be rejected for the right reason.
+
+Every submission lives in tests/adversarial/ (one-line docstring naming the exploit). Grading runs on the CPU: TIRx
+kernels compile for the host through LLVM. One module-scoped Grader (one fork server) serves every test; tests that
+need other settings swap its config for the duration of one grading. Where both a static rule and a runtime defence
+exist, the same file is graded twice: at default settings (the static rule must object) and with static_rules=False
+(the runtime defence must object on its own). The runtime variants reach forbidden modules through a `try: import X
+except ImportError:` fallback, so they exercise the defence behind the import guard rather than the guard itself.
+Also here: honest baseline passes, bad inputs fail with clear reasons and leave the grader usable, the suite audit
+behind rows 14-16, and the "also required" properties (no secrets, private cwd, capped output).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+if str(SRC) not in sys.path:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, str(SRC))
+
+from metakernelbench.dsl import get_adapter  # noqa: E402
+from metakernelbench.grader import Grader, GraderConfig  # noqa: E402
+from metakernelbench.grader.compare import compare  # noqa: E402
+from metakernelbench.suite import load_problem, load_suite  # noqa: E402
+
+pytest.importorskip("tvm_tirx", reason="the adversarial submissions are TIRx kernels (apache-tvm-tirx)")
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+HONEST = ADV / "honest_rmsnorm.py"
+CANARY = "mkb-canary-7d1f0c"  # also hard-coded in adversarial/also_required_probe.py
+CANARY_VAR = "MKB_CANARY_API_KEY"  # a secret-looking name the fork server must scrub
+PYTHONPATH = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+
+# Small but complete: the default 5 + 2 correctness draws (row 6's file counts on them), 7 timed calls of which 3 are
+# re-verified, one eager baseline process.
+BASE = GraderConfig(device="cpu", warmup_calls=2, timed_calls=5, reverified_calls=3, baseline_processes=1,
+                    import_timeout_s=60, first_call_timeout_s=60, call_timeout_s=20, total_timeout_s=300,
+                    extra_env={"PYTHONPATH": PYTHONPATH})
+# A plausible host roofline (50 GB/s, 1 TFLOP/s): problem 38 at size cpu moves 263 kB, so the floor is ~5 us.
+CPU_PEAKS = dict(peak_bandwidth=50e9, peak_flops=1e12)
+STATIC_OFF = dict(static_rules=False)
+
+
+@pytest.fixture(scope="module")
+def grader():
+    previous = os.environ.get(CANARY_VAR)
+    os.environ[CANARY_VAR] = CANARY  # present when the fork server starts: it must not reach the child
+    g = Grader(BASE)
+    try:
+        yield g
+    finally:
+        g.close()
+        if previous is None:
+            os.environ.pop(CANARY_VAR, None)
+        else:
+            os.environ[CANARY_VAR] = previous
+
+
+@pytest.fixture(scope="module")
+def p38():
+    return load_problem("38")
+
+
+@contextlib.contextmanager
+def configured(g: Grader, **changes):
+    """Grade with some config fields changed (the fork server and baselines stay)."""
+    saved = g.config
+    g.config = dataclasses.replace(saved, **changes)
+    try:
+        yield g
+    finally:
+        g.config = saved
+
+
+def grade(g: Grader, problem, name: str | Path, **changes):
+    path = name if isinstance(name, Path) else ADV / name
+    with configured(g, **changes):
+        return g.grade(problem, "tirx", path)
+
+
+def describe(v) -> str:
+    return (f"passed={v.passed} failed_check={v.failed_check!r} reason={v.reason!r} "
+            f"median_ms={v.runtime.get('median_ms')} stdout={v.stdout_tail[-300:]!r} stderr={v.stderr_tail[-600:]!r}")
+
+
+def assert_rejected(v, checks: str | tuple[str, ...], reason: str) -> None:
+    checks = (checks,) if isinstance(checks, str) else checks
+    assert not v.passed, f"the grader accepted an exploit: {describe(v)}"
+    assert v.failed_check in checks, f"expected failed_check in {checks}: {describe(v)}"
+    assert re.search(reason, v.reason), f"reason should match {reason!r}: {describe(v)}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The honest baseline
+# ---------------------------------------------------------------------------------------------------------------
+def test_honest_submission_passes(grader, p38):
+    v = grade(grader, p38, HONEST)
+    assert v.passed, describe(v)
+    assert v.compiled and v.correct and v.failed_check is None
+    assert v.checks["ghost_replay"]["passed"] and v.checks["threads"]["passed"] and v.checks["unpatched"]["passed"]
+    assert len(v.draws) >= BASE.check_draws + BASE.extra_size_draws
+    assert {d["size"] for d in v.draws} == {"cpu", "cpu_odd"}
+    assert v.runtime["n"] == BASE.timed_calls and v.runtime["median_ms"] > 0
+    assert "max_over_median" in v.runtime  # row 17: super-batching would show here
+    assert v.speedup_vs_eager and v.speedup_vs_eager > 0
+
+
+def test_honest_submission_passes_under_cpu_roofline(grader, p38):
+    v = grade(grader, p38, HONEST, **CPU_PEAKS)
+    assert v.passed, describe(v)
+    assert v.roofline["floor_ms"] and 0 < v.roofline["fraction"] < 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One exploit per threat row (plus variants). (file, config changes, accepted failed_check(s), reason regex)
+# ---------------------------------------------------------------------------------------------------------------
+THREATS = [
+    # 1: eager PyTorch computes the answer; a real TIRx kernel only writes scratch -> ghost replay
+    pytest.param("row01_torch_fallback.py", {}, "ghost_replay", r"DSL kernel does not compute them", id="01-torch-fallback"),
+    pytest.param("row01b_no_dsl_kernel.py", {}, "launch", r"launched no kernel written in the variant's DSL",
+                 id="01b-no-dsl-kernel"),
+    # 1 (gap): the kernel only writes a flag the host checks -> neutralising it "changes" the outputs
+    pytest.param("row01c_ghost_aware_flag.py", {}, "ghost_replay", r"DSL kernel", id="01c-ghost-aware-flag"),
+    # 2: hunt expected outputs via gc / frames
+    pytest.param("row02_read_expected.py", {}, "static_rules", r"import of 'gc' is not allowed", id="02-static"),
+    pytest.param("row02_read_expected.py", STATIC_OFF, "correctness", r"size 'cpu', output 'out'", id="02-runtime"),
+    # 3: mutate the inputs so a later reference agrees
+    pytest.param("row03_mutate_inputs.py", {}, "integrity",
+                 r"input 0 was modified but the problem does not declare it an in-place output", id="03-mutate-inputs"),
+    # 4: uninitialised outputs (stale memory) -> poisoned
+    pytest.param("row04_stale_memory.py", {}, "correctness", r"output 'out': (\d+ non-finite values|error)",
+                 id="04-stale-memory"),
+    # 5: cache keyed on pointer/version (runtime side: see test_row05_pointer_cache_never_hits)
+    pytest.param("row05_cache_by_pointer.py", {}, "static_rules", r"_version", id="05-static"),
+    # 6: honest while checked, stale afterwards -> re-verified timed calls
+    pytest.param("row06_honest_when_checked.py", {}, "correctness", r"timed call \d+ was wrong.*honest only while checked",
+                 id="06-honest-when-checked"),
+    # 7: side stream (GPU): static rule here; timer logic in test_row07_timer_check_flags_escaped_work
+    pytest.param("row07_side_stream.py", {}, "static_rules", r"torch\.cuda\.Stream' is forbidden", id="07-static"),
+    # 8: finish the work in a background thread
+    pytest.param("row08_background_thread.py", {}, "static_rules", r"import of 'threading' is not allowed",
+                 id="08-static"),
+    pytest.param("row08_background_thread.py", STATIC_OFF, "integrity", r"thread", id="08-runtime-per-call-thread"),
+    pytest.param("row08b_lingering_thread.py", STATIC_OFF, "integrity", r"left background threads running",
+                 id="08b-runtime-lingering-thread"),
+    # 9: lazy tensor subclass
+    pytest.param("row09_lazy_subclass.py", {}, "integrity", r"output 0 is submission\.Lazy, not torch\.Tensor",
+                 id="09-lazy-subclass"),
+    # 10: patch the timer
+    pytest.param("row10_patch_timer.py", {}, "static_rules", r"import of 'time' is not allowed", id="10-static"),
+    pytest.param("row10_patch_timer.py", STATIC_OFF, "integrity",
+                 r"grader-critical functions were replaced: .*time\.perf_counter", id="10-runtime"),
+    # 10 (gap): rebind the child's own saved timer instead of the watched module attribute
+    pytest.param("row10b_rebind_child_timer.py", {}, "static_rules", r"'\.sys' is forbidden", id="10b-static"),
+    pytest.param("row10b_rebind_child_timer.py", STATIC_OFF, ("integrity", "timer"), r"replaced|timer|wall clock",
+                 id="10b-rebind-child-timer"),
+    # 11: forge the result channel / exit early
+    pytest.param("row11_forge_channel.py", {}, "static_rules", r"import of 'socket' is not allowed", id="11-static"),
+    pytest.param("row11_forge_channel.py", STATIC_OFF, "integrity", r"did not carry its request's nonce",
+                 id="11-runtime-forged-reply"),
+    pytest.param("row11b_exit_early.py", {}, "static_rules", r"'\.sys' is forbidden", id="11b-static"),
+    pytest.param("row11b_exit_early.py", STATIC_OFF, "crash", r"process died or closed the channel.*exit code 0",
+                 id="11b-exit-early"),
+    # 12: seeds from env/argv, precomputed at import
+    pytest.param("row12_seed_peek.py", {}, "static_rules", r"import of 'os' is not allowed", id="12-static"),
+    pytest.param("row12_seed_peek.py", STATIC_OFF, "correctness", r"size 'cpu', output 'out'", id="12-runtime"),
+    # 13 (gap): bf16 accumulation; fails atol=rtol=1e-2 yet sits inside the current budget
+    pytest.param("row13_precision_downgrade.py", {}, "correctness", r"output 'out'.*budget", id="13-precision-downgrade"),
+    # 14: constant output
+    pytest.param("row14_constant_output.py", {}, "correctness", r"output 'out': error .* got 0,", id="14-constant-output"),
+    # 15: closed form from the generator's distribution (caught per draw with p~0.5 only; see report)
+    pytest.param("row15_closed_form.py", {}, "correctness", r"output 'out'", id="15-closed-form"),
+    # 16: hard-coded cpu shape, rejected at the cpu_odd size
+    pytest.param("row16_hardcoded_shape.py", {}, "correctness", r"size 'cpu_odd', output 'out'", id="16-hardcoded-shape"),
+    # 17: super-batching by predicting later inputs
+    pytest.param("row17_superbatch.py", {}, "correctness", r"size 'cpu', output 'out'", id="17-superbatch"),
+    # 18: persisting L2 (GPU): static rule here
+    pytest.param("row18_l2_persistence.py", {}, "static_rules", r"L2 persistence", id="18-static"),
+    # 19: crash the worker (segfault); test_grader_survives_bad_submissions checks the next grading
+    pytest.param("row19_crash_context.py", {}, "crash", r"process died or closed the channel.*exit code -11",
+                 id="19-segfault"),
+    # 20: runtime below the physical floor (timer faked 1000x; a CPU roofline configured)
+    pytest.param("row20_below_roofline.py", CPU_PEAKS, "static_rules", r"'\.sys' is forbidden", id="20-static"),
+    pytest.param("row20_below_roofline.py", {**CPU_PEAKS, **STATIC_OFF}, ("roofline", "integrity", "timer"),
+                 r"below the physical floor|replaced|wall clock", id="20-below-roofline"),
+    # 21: import the suite's reference
+    pytest.param("row21_import_reference.py", {}, "static_rules", r"import from 'metakernelbench\.suite' is not allowed",
+                 id="21-static"),
+    pytest.param("row21_import_reference.py", STATIC_OFF, "import", r"import of 'metakernelbench\.suite' is not allowed",
+                 id="21-runtime"),
+    # 21 (gap): importlib reached through torch: the static rule must object, and so must the runtime import hook
+    pytest.param("row21b_import_bypass.py", {}, "static_rules", r"importlib", id="21b-static"),
+    pytest.param("row21b_import_bypass.py", STATIC_OFF, "import", r"not allowed", id="21b-importlib-bypass"),
+]
+
+
+@pytest.mark.parametrize("name, changes, checks, reason", THREATS)
+def test_threat_rejected(grader, p38, name, changes, checks, reason):
+    v = grade(grader, p38, name, **changes)
+    assert_rejected(v, checks, reason)
+
+
+def test_every_row_has_an_exploit_file():
+    rows = {int(m.group(1)) for p in ADV.glob("row*.py") if (m := re.match(r"row(\d\d)", p.name))}
+    assert rows == set(range(1, 22))
+    for p in ADV.glob("*.py"):
+        doc = p.read_text().split("\n", 1)[0]
+        assert doc.startswith('"""') and doc.endswith('"""'), f"{p.name} needs a one-line docstring"
+
+
+def test_row05_pointer_cache_never_hits(grader, p38):
+    """Runtime side of row 5: fresh storage per call with old buffers kept alive, so the cache can never serve."""
+    v = grade(grader, p38, "row05_cache_by_pointer.py", **STATIC_OFF)
+    hits = [int(h) for h in re.findall(r"hits=(\d+)", v.stdout_tail)]
+    assert hits and max(hits) == 0, describe(v)
+    assert v.passed, f"with no hits the file is an honest kernel and should pass: {describe(v)}"
+
+
+def test_row12_and_row17_never_predict_inputs(grader, p38):
+    """Seeds come from `secrets` after import: precomputed / super-batched answers never match a real call."""
+    for name in ("row12_seed_peek.py", "row17_superbatch.py"):
+        v = grade(grader, p38, name, **STATIC_OFF)
+        hits = [int(h) for h in re.findall(r"hits=(\d+)", v.stdout_tail)]
+        assert hits and max(hits) == 0, describe(v)
+
+
+def test_row11_fake_verdict_on_stdout_is_ignored(grader, p38):
+    v = grade(grader, p38, "row11b_exit_early.py", **STATIC_OFF)
+    assert '"passed": true' in v.stdout_tail and not v.passed and v.failed_check == "crash", describe(v)
+
+
+def test_row07_timer_check_flags_escaped_work(p38):
+    """Row 7's runtime defence on a GPU is the device-timer vs wall-clock check; exercise it through the verdict logic."""
+    g = Grader(dataclasses.replace(BASE))
+    state = {"checks": {}, "roofline": {"floor_ms": None}}
+    failure = g._judge(p38, state, {"median_ms": 0.01, "host_median_ms": 2.0})
+    assert failure is not None and failure.check == "timer" and "escaped the timer" in failure.reason
+    assert state["checks"]["timer"]["passed"] is False
+    state = {"checks": {}, "roofline": {"floor_ms": None}}
+    assert g._judge(p38, state, {"median_ms": 1.9, "host_median_ms": 2.0}) is None
+
+
+def test_row20_roofline_verdict_logic(p38):
+    g = Grader(dataclasses.replace(BASE, **CPU_PEAKS))
+    inputs = p38.make_inputs(0, "cpu", "cpu")
+    roof = g._roofline(p38, inputs, p38.reference(*inputs), 1e-4)
+    assert roof["floor_ms"] == pytest.approx(p38.bytes_moved(inputs, ()) / CPU_PEAKS["peak_bandwidth"] * 1e3)
+    state = {"checks": {}, "roofline": roof}
+    failure = g._judge(p38, state, {"median_ms": 1e-4, "host_median_ms": 1e-4})
+    assert failure is not None and failure.check == "roofline" and "below the physical floor" in failure.reason
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Static rules: modules re-exported by allowed modules (the routes the runtime variants above use)
+# ---------------------------------------------------------------------------------------------------------------
+REEXPORT_ROUTES = [
+    pytest.param('import typing\ngc = typing.sys.modules["gc"]', id="typing.sys"),
+    pytest.param("from dataclasses import sys", id="from-dataclasses-import-sys"),
+    pytest.param("import torch\nos = torch.os", id="torch.os"),
+    pytest.param('import torch\nm = torch.importlib.import_module("metakernelbench.suite.loader")', id="torch.importlib"),
+    pytest.param('import torch\nf = torch.builtins.open("/proc/1/environ")', id="torch.builtins.open"),
+    pytest.param("import torch\nlib = torch.ctypes.CDLL(None)", id="torch.ctypes"),
+    pytest.param("import torch\nframe = torch.inspect.currentframe()", id="torch.inspect"),
+    pytest.param('import operator\nup = operator.attrgetter("f_back")', id="attrgetter-string"),
+    pytest.param("import tvm_tirx\nos = tvm_tirx.os", id="tvm_tirx.os"),
+]
+
+
+@pytest.mark.parametrize("snippet", REEXPORT_ROUTES)
+def test_static_rules_block_reexported_modules(snippet):
+    source = snippet + "\n\n\ndef solve(*inputs):\n    return inputs\n"
+    violations = get_adapter("tirx").check_source(source)
+    assert violations, f"the static rules accept a route to a forbidden module: {snippet!r}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Row 13: the float budget itself (compare is the parent's)
+# ---------------------------------------------------------------------------------------------------------------
+def _rmsnorm_variants(x, residual, weight):
+    h = (x.float() + residual.float()).bfloat16()
+    hf = h.float()
+    inv = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-5)
+    acc = torch.zeros(hf.shape[0], dtype=torch.bfloat16)
+    for j in range(hf.shape[1]):  # sum of squares accumulated in bf16
+        acc = (acc.float() + (hf[:, j] * hf[:, j]).bfloat16().float()).bfloat16()
+    return {
+        "fp32_accumulation_honest": (hf * inv * weight.float()).bfloat16(),
+        "bf16_accumulation": (hf * torch.rsqrt(acc.float()[:, None] / hf.shape[1] + 1e-5) * weight.float()).bfloat16(),
+        "fp8_e4m3_output_precision": (hf * inv * weight.float()).to(torch.float8_e4m3fn).bfloat16(),
+    }, h
+
+
+@pytest.mark.parametrize("variant, should_pass", [("fp32_accumulation_honest", True), ("bf16_accumulation", False),
+                                                  ("fp8_e4m3_output_precision", False)])
+def test_float_budget_rejects_precision_downgrades(p38, variant, should_pass):
+    for size in ("cpu", "cpu_odd"):
+        for seed in (1, 2):
+            inputs = p38.make_inputs(seed, "cpu", size)
+            lp = p38.reference(*[t.clone() for t in inputs])
+            wide = p38.reference(*[t.double() for t in inputs])
+            outs, h = _rmsnorm_variants(*inputs)
+            check = compare(p38, (outs[variant], h), lp, wide)[0]
+            loose = torch.allclose(outs[variant].float(), lp[0].float(), atol=1e-2, rtol=1e-2)
+            assert check.passed == should_pass, (
+                f"{variant} at {size}/seed {seed}: passed={check.passed} error={check.error:.4g} "
+                f"budget={check.budget:.4g} (passes atol=rtol=1e-2: {loose})")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rows 14-16: the suite audit (every problem)
+# ---------------------------------------------------------------------------------------------------------------
+PROBLEMS = load_suite()
+
+
+def _shapes(values):
+    return [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in values]
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.id)
+def test_suite_outputs_vary_with_seed_and_constants_fail(problem):
+    for size in problem.check_sizes("cpu"):
+        a_in, b_in = problem.make_inputs(11, "cpu", size), problem.make_inputs(12, "cpu", size)
+        a = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in a_in])
+        b = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in b_in])
+        wide = problem.reference(*[t.double() if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+                                   else t.clone() if isinstance(t, torch.Tensor) else t for t in a_in])
+        for i, (x, y) in enumerate(zip(a, b)):
+            x64, y64 = x.double(), y.double()
+            name = problem.outputs[i] if problem.outputs else i
+            assert not torch.equal(x64, y64), f"{problem.id} {size}: output {name} does not vary with the seed"
+            spread = float(x64.max() - x64.min())
+            assert spread > 1e-3 * max(1.0, float(x64.abs().max())), f"{problem.id} {size}: {name} is near-constant"
+            for constant in (0.0, float(x64.mean())):  # a constant answer must fail the comparison
+                fake = list(a)
+                fake[i] = torch.full_like(x64, constant).to(x.dtype)
+                checks = compare(problem, tuple(fake), a, wide)
+                assert not checks[i].passed, f"{problem.id} {size}: constant {constant:.3g} passes for {name}"
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.id)
+def test_suite_held_out_sizes_differ_in_shape(problem):
+    sizes = problem.module.SIZES
+    for main, odd in (("full", "odd"), ("cpu", "cpu_odd")):
+        assert main in sizes and odd in sizes, f"{problem.id} lacks the {main}/{odd} pair"
+        assert sizes[main] != sizes[odd], f"{problem.id}: {odd} repeats {main}"
+    cpu = _shapes(problem.make_inputs(3, "cpu", "cpu"))
+    cpu_odd = _shapes(problem.make_inputs(3, "cpu", "cpu_odd"))
+    assert cpu != cpu_odd, f"{problem.id}: cpu_odd inputs have the cpu shapes"
+    assert problem.check_sizes("cpu") == ("cpu", "cpu_odd") and problem.timed_size("cpu") == "cpu"
+    assert "cpu_odd" not in problem.check_sizes("cuda") and "odd" in problem.check_sizes("cuda")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Row 19 and bad inputs: clear failing verdicts, and the next grading in the same Grader still works
+# ---------------------------------------------------------------------------------------------------------------
+OOM_LIMIT = 4 << 30  # RLIMIT_AS for the child: the honest child needs ~1.5 GB of address space here
+BAD = [
+    pytest.param(ADV / "does_not_exist.py", {}, "static_rules", r"cannot read .*does_not_exist\.py", id="missing-file"),
+    pytest.param("bad_syntax.py", {}, "static_rules", r"syntax error at line 5", id="syntax-error"),
+    pytest.param("bad_syntax.py", STATIC_OFF, "import", r"SyntaxError", id="syntax-error-runtime"),
+    pytest.param("bad_no_solve.py", {}, "static_rules", r"no top-level function `solve", id="no-solve"),
+    pytest.param("bad_no_solve.py", STATIC_OFF, "import", r"defines no callable `solve`", id="no-solve-runtime"),
+    pytest.param("bad_shape.py", {}, "correctness", r"output 'out': shape \(512, 64\) != expected \(64, 512\)",
+                 id="wrong-shape"),
+    pytest.param("bad_dtype.py", {}, "correctness", r"output 'out': dtype torch\.float32 != expected torch\.bfloat16",
+                 id="wrong-dtype"),
+    pytest.param("bad_raises.py", {}, "runtime_error", r"solve raised: ValueError: deliberate failure inside solve",
+                 id="exception"),
+    pytest.param("bad_recursion.py", {}, "runtime_error", r"RecursionError: maximum recursion depth", id="recursion"),
+    pytest.param("bad_hang.py", dict(first_call_timeout_s=2, call_timeout_s=2), "timeout",
+                 r"no answer within 2 s \(hang or endless loop\); process killed", id="hang"),
+    pytest.param("row19_crash_context.py", {}, "crash", r"exit code -11", id="segfault-oob-kernel"),
+    pytest.param("bad_stack_overflow.py", STATIC_OFF, "crash", r"process died.*exit code -11", id="c-stack-overflow"),
+    pytest.param("bad_oom.py", dict(memory_limit_bytes=OOM_LIMIT), ("runtime_error", "crash"),
+                 r"can't allocate memory|Cannot allocate memory|MemoryError", id="out-of-memory"),
+]
+
+
+@pytest.mark.parametrize("name, changes, checks, reason", BAD)
+def test_grader_survives_bad_submissions(grader, p38, name, changes, checks, reason):
+    started = time.monotonic()
+    v = grade(grader, p38, name, **changes)
+    assert_rejected(v, checks, reason)
+    assert "\n" not in v.reason, "a verdict's reason is one line"
+    if changes.get("call_timeout_s"):
+        assert time.monotonic() - started < 30, "a hung child must be killed at its call timeout"
+    after = grade(grader, p38, HONEST, **changes)
+    assert after.passed, f"the grading after {name} failed: {describe(after)}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# "Also required": no secrets, private working directory, capped output
+# ---------------------------------------------------------------------------------------------------------------
+def _probe_lines(stdout: str) -> dict:
+    return dict(re.findall(r"PROBE (\w+)=(\S*)", stdout))
+
+
+def test_child_environment_cwd_and_output_cap(grader, p38):
+    v = grade(grader, p38, "also_required_probe.py", **STATIC_OFF)  # the probe reaches os/open via re-exports
+    assert v.passed, describe(v)
+    probe = _probe_lines(v.stdout_tail)
+    assert probe.get("env_canary") == "absent", f"a secret-named variable reached the child: {v.stdout_tail[-400:]}"
+    cwd = Path(probe["cwd"])
+    assert cwd.name.startswith("mkb-child-") and cwd.resolve() != ROOT and not cwd.is_relative_to(ROOT)
+    assert probe["home"] == probe["cwd"] and probe["tmpdir"] == probe["cwd"]
+    assert not cwd.exists(), "the child's private directory must be removed after grading"
+    assert len(v.stdout_tail.encode()) <= 8192, "stdout must come back capped"
+
+
+GRADE_IN_SUBPROCESS = """
+import json, os, resource, sys
+from metakernelbench.grader import Grader, GraderConfig
+from metakernelbench.suite import load_problem
+g = Grader(GraderConfig(device="cpu", warmup_calls=1, timed_calls=2, baseline_processes=1, static_rules=False,
+                        extra_env={"PYTHONPATH": sys.argv[2]}))
+problem = load_problem("38")
+g.grade(problem, "tirx", sys.argv[3])  # warm up: fork server, eager baseline
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+v = g.grade(problem, "tirx", sys.argv[1])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"passed": v.passed, "failed_check": v.failed_check, "reason": v.reason,
+                  "stdout": v.stdout_tail[-600:], "peak_rss_growth_kb": after - before}), flush=True)
+os._exit(0)
+"""
+
+
+def grade_in_subprocess(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """Grade one file (static rules off: runtime defences only) in a fresh grading process that holds a canary
+    secret in its own exec-time environment."""
+    script = tmp_path / "grade_in_subprocess.py"
+    script.write_text(GRADE_IN_SUBPROCESS)
+    env = {**os.environ, CANARY_VAR: CANARY, "PYTHONPATH": PYTHONPATH}
+    proc = subprocess.run([sys.executable, str(script), str(ADV / name), PYTHONPATH, str(HONEST)], env=env,
+                          capture_output=True, text=True, timeout=180, cwd=tempfile.gettempdir())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc, (json.loads(lines[-1]) if lines else None)
+
+
+def test_parent_environment_not_readable_from_child(tmp_path):
+    """A secret in the grading process's own environment must not be readable through /proc/<ancestor>/environ."""
+    proc, result = grade_in_subprocess(tmp_path, "also_required_probe.py")
+    assert result is not None, f"rc={proc.returncode} {proc.stderr[-2000:]}"
+    probe = _probe_lines(result["stdout"])
+    assert probe.get("env_canary") == "absent", result
+    assert probe.get("ancestor_canary") == "absent", (
+        "the child read a secret from an ancestor's /proc/<pid>/environ (the grading process's environment)")
+
+
+def test_row19_child_cannot_kill_the_grading_process(tmp_path):
+    proc, result = grade_in_subprocess(tmp_path, "row19d_kill_grader.py")
+    assert proc.returncode == 0 and result is not None, (
+        f"the submission killed the grading process (exit status {proc.returncode}); no verdict came back")
+    assert not result["passed"], result
+
+
+def test_row19_killed_fork_server_does_not_break_later_grading(p38):
+    """Own Grader: when this defence is missing, the killed fork server would break every later test's grading."""
+    with Grader(dataclasses.replace(BASE, **STATIC_OFF)) as g:  # the file reaches os through a re-export
+        assert g.grade(p38, "tirx", HONEST).passed  # fork server up, eager baseline cached
+        try:
+            v = g.grade(p38, "tirx", ADV / "row19b_kill_fork_server.py")
+        except Exception as exc:  # noqa: BLE001 - a raise instead of a verdict is the failure under test
+            pytest.fail(f"grade() raised {type(exc).__name__}: {exc} instead of returning a verdict")
+        assert not v.passed, describe(v)
+        try:
+            after = g.grade(p38, "tirx", HONEST)
+        except Exception as exc:  # noqa: BLE001
+            pytest.fail(f"after a submission killed the fork server, grade() raises {type(exc).__name__}: {exc}")
+        assert after.passed, describe(after)
+
+
+def test_row19_oversized_output_does_not_flood_the_parent(tmp_path):
+    proc, result = grade_in_subprocess(tmp_path, "row19c_flood_parent.py")
+    assert result is not None, f"rc={proc.returncode} {proc.stderr[-2000:]}"
+    assert not result["passed"] and result["failed_check"] in ("correctness", "integrity", "crash"), result
+    growth_mb = result["peak_rss_growth_kb"] / 1024
+    assert growth_mb < 256, (f"a 1 GiB output (64 KiB expected) grew the trusted parent's peak RSS by "
+                             f"{growth_mb:.0f} MB: the parent accepts blobs up to 64 GiB before any shape check")
+
+
+def test_fork_server_closes_promptly():
+    g = Grader(dataclasses.replace(BASE))
+    g._fork_server("tirx")
+    process = g._server.process
+    started = time.monotonic()
+    g.close()
+    elapsed = time.monotonic() - started
+    assert elapsed < 3, (f"Grader.close() took {elapsed:.1f} s (and then SIGKILLed the server): the fork server "
+                         f"never saw its control socket close")
+    assert process.wait(timeout=5) == 0, "the fork server should exit on its own, with status 0"
