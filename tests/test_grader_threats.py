@@ -132,10 +132,11 @@ THREATS = [
     pytest.param("row01b_no_dsl_kernel.py", {}, "launch", r"launched no kernel written in the variant's DSL",
                  id="01b-no-dsl-kernel"),
     # 1 (gap): the kernel only writes a flag the host checks -> neutralising it "changes" the outputs
-    pytest.param("row01c_ghost_aware_flag.py", {}, "ghost_replay", r"DSL kernel", id="01c-ghost-aware-flag"),
+    pytest.param("row01c_ghost_aware_flag.py", {}, ("ghost_replay", "dsl_share"), r"DSL kernel", id="01c-ghost-aware-flag"),
     # 2: hunt expected outputs via gc / frames
     pytest.param("row02_read_expected.py", {}, "static_rules", r"import of 'gc' is not allowed", id="02-static"),
-    pytest.param("row02_read_expected.py", STATIC_OFF, "correctness", r"size 'cpu', output 'out'", id="02-runtime"),
+    pytest.param("row02_read_expected.py", STATIC_OFF, ("correctness", "runtime_error"),
+                 r"size 'cpu', output 'out'|not allowed", id="02-runtime"),
     # 3: mutate the inputs so a later reference agrees
     pytest.param("row03_mutate_inputs.py", {}, "integrity",
                  r"input 0 was modified but the problem does not declare it an in-place output", id="03-mutate-inputs"),
@@ -153,7 +154,7 @@ THREATS = [
     pytest.param("row08_background_thread.py", {}, "static_rules", r"import of 'threading' is not allowed",
                  id="08-static"),
     pytest.param("row08_background_thread.py", STATIC_OFF, "integrity", r"thread", id="08-runtime-per-call-thread"),
-    pytest.param("row08b_lingering_thread.py", STATIC_OFF, "integrity", r"left background threads running",
+    pytest.param("row08b_lingering_thread.py", STATIC_OFF, "integrity", r"thread",
                  id="08b-runtime-lingering-thread"),
     # 9: lazy tensor subclass
     pytest.param("row09_lazy_subclass.py", {}, "integrity", r"output 0 is submission\.Lazy, not torch\.Tensor",
@@ -164,11 +165,19 @@ THREATS = [
                  r"grader-critical functions were replaced: .*time\.perf_counter", id="10-runtime"),
     # 10 (gap): rebind the child's own saved timer instead of the watched module attribute
     pytest.param("row10b_rebind_child_timer.py", {}, "static_rules", r"'\.sys' is forbidden", id="10b-static"),
-    pytest.param("row10b_rebind_child_timer.py", STATIC_OFF, ("integrity", "timer"), r"replaced|timer|wall clock",
+    pytest.param("row10b_rebind_child_timer.py", STATIC_OFF, ("integrity", "timer", "import"),
+                 r"replaced|timer|wall clock|not allowed",
                  id="10b-rebind-child-timer"),
+    pytest.param("row10c_rebind_timer_via_frames.py", {}, "static_rules", r"frame introspection", id="10c-static"),
+    pytest.param("row10c_rebind_timer_via_frames.py", STATIC_OFF, ("integrity", "timer"), r"replaced|timer|wall clock",
+                 id="10c-rebind-timer-via-frames"),
+    pytest.param("row10d_rebind_timer_and_watchlist.py", {}, "static_rules", r"frame introspection", id="10d-static"),
+    pytest.param("row10d_rebind_timer_and_watchlist.py", STATIC_OFF, ("integrity", "timer"),
+                 r"replaced|timer|wall clock", id="10d-rebind-timer-and-watchlist"),
     # 11: forge the result channel / exit early
     pytest.param("row11_forge_channel.py", {}, "static_rules", r"import of 'socket' is not allowed", id="11-static"),
-    pytest.param("row11_forge_channel.py", STATIC_OFF, "integrity", r"did not carry its request's nonce",
+    pytest.param("row11_forge_channel.py", STATIC_OFF, ("integrity", "runtime_error"),
+                 r"did not carry its request's nonce|not allowed",
                  id="11-runtime-forged-reply"),
     pytest.param("row11b_exit_early.py", {}, "static_rules", r"'\.sys' is forbidden", id="11b-static"),
     pytest.param("row11b_exit_early.py", STATIC_OFF, "crash", r"process died or closed the channel.*exit code 0",
@@ -193,8 +202,8 @@ THREATS = [
                  id="19-segfault"),
     # 20: runtime below the physical floor (timer faked 1000x; a CPU roofline configured)
     pytest.param("row20_below_roofline.py", CPU_PEAKS, "static_rules", r"'\.sys' is forbidden", id="20-static"),
-    pytest.param("row20_below_roofline.py", {**CPU_PEAKS, **STATIC_OFF}, ("roofline", "integrity", "timer"),
-                 r"below the physical floor|replaced|wall clock", id="20-below-roofline"),
+    pytest.param("row20_below_roofline.py", {**CPU_PEAKS, **STATIC_OFF}, ("roofline", "integrity", "timer", "import"),
+                 r"below the physical floor|replaced|wall clock|not allowed", id="20-below-roofline"),
     # 21: import the suite's reference
     pytest.param("row21_import_reference.py", {}, "static_rules", r"import from 'metakernelbench\.suite' is not allowed",
                  id="21-static"),

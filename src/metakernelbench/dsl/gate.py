@@ -15,6 +15,8 @@ class LaunchGate:
         self.neutralise = False
         self._depth = 0
         self.wrapped: list[str] = []
+        self.clock: Callable[[], Any] | None = None  # when set, each launch is bracketed by two clock readings
+        self.readings: list[tuple[Any, Any]] = []
 
     def wrap(self, owner: Any, attr: str, neutral_result: Callable[[], Any] = lambda: None) -> None:
         original = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
@@ -30,10 +32,13 @@ class LaunchGate:
             if gate.neutralise:
                 return neutral_result()
             gate._depth += 1
+            begin = gate.clock() if gate.clock else None
             try:
                 return original(*args, **kwargs)
             finally:
                 gate._depth -= 1
+                if gate.clock:
+                    gate.readings.append((begin, gate.clock()))
 
         gated.__mkb_gate__ = True
         setattr(owner, attr, gated)

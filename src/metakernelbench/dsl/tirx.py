@@ -5,26 +5,40 @@ from metakernelbench.dsl.adapter import Adapter
 from metakernelbench.dsl.gate import LaunchGate
 
 
+class _GatedFunction:
+    """A compiled function fetched from a jitted module; its __call__ goes through the gate."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
 class _GatedModule:
-    """Stands in for a jitted module so functions fetched from it launch through the gate."""
+    """Stands in for a jitted module so functions fetched from it launch through the gate (wrappers cached: the
+    gate must cost nothing measurable per launch)."""
 
-    def __init__(self, module, gate: LaunchGate) -> None:
-        self._module = module
-        self._gate = gate
+    def __init__(self, module) -> None:
+        self.module = module
+        self._functions: dict[str, _GatedFunction] = {}
 
-    def _gated(self, fn):
-        holder = type("GatedFunction", (), {"__call__": lambda self, *a, **k: fn(*a, **k)})
-        self._gate.wrap(holder, "__call__")
-        return holder()
+    def function(self, name: str) -> _GatedFunction:
+        if name not in self._functions:
+            self._functions[name] = _GatedFunction(self.module.get_function(name, query_imports=True))
+        return self._functions[name]
 
-    def __getattr__(self, name):
-        value = getattr(self._module, name)
-        if name in ("get_function", "__getitem__"):
-            return lambda *a, **k: self._gated(value(*a, **k))
-        return self._gated(value) if callable(value) else value
+    def get_function(self, name: str, *args, **kwargs) -> _GatedFunction:
+        return self.function(name)
 
-    def __getitem__(self, name):
-        return self._gated(self._module[name])
+    def __getitem__(self, name: str) -> _GatedFunction:
+        return self.function(name)
+
+    def __getattr__(self, name: str):
+        value = getattr(self.module, name)
+        return self.function(name) if callable(value) and not name.startswith("_") else value
 
 
 class TirxAdapter(Adapter):
@@ -38,14 +52,15 @@ class TirxAdapter(Adapter):
         from tvm_tirx.codegen.executable import Executable
 
         original_jit = Executable.jit
-        original_getitem = Executable.__getitem__
 
         def jit(self, *args, **kwargs):
-            return _GatedModule(original_jit(self, *args, **kwargs), gate)
-
-        def getitem(self, name):
-            return _GatedModule(original_jit(self), gate)._gated(original_getitem(self, name))
+            module = original_jit(self, *args, **kwargs)
+            gated = self.__dict__.get("_mkb_gated")
+            if gated is None or gated.module is not module:
+                gated = self.__dict__["_mkb_gated"] = _GatedModule(module)
+            return gated
 
         Executable.jit = jit
-        Executable.__getitem__ = getitem
-        gate.wrap(Executable, "__call__")
+        Executable.__getitem__ = lambda self, name: self.jit()[name]
+        Executable.__call__ = lambda self, *args, **kwargs: self.jit().main(*args, **kwargs)
+        gate.wrap(_GatedFunction, "__call__")

@@ -22,6 +22,10 @@ class ChannelClosed(Exception):
     """The other side went away (exited, crashed or was killed)."""
 
 
+class Oversized(ChannelClosed):
+    """The other side announced more data than the receiver accepts (a flood); nothing of it was read."""
+
+
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     """Read exactly n bytes straight into one buffer (outputs can be hundreds of MB: no intermediate copies)."""
     buffer = bytearray(n)
@@ -43,7 +47,7 @@ def send(sock: socket.socket, header: dict, blobs: list | None = None) -> None:
         sock.sendall(blob)
 
 
-def recv(sock: socket.socket, max_blob_bytes: int = 1 << 36) -> tuple[dict, list[bytearray]]:
+def recv(sock: socket.socket, max_blob_bytes: int = 1 << 20) -> tuple[dict, list[bytearray]]:
     (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
     if size > MAX_HEADER:
         raise ChannelClosed(f"header of {size} bytes exceeds the limit: channel corrupted")
@@ -51,8 +55,11 @@ def recv(sock: socket.socket, max_blob_bytes: int = 1 << 36) -> tuple[dict, list
     if not isinstance(header, dict):
         raise ChannelClosed("header is not an object: channel corrupted")
     sizes = header.pop("blob_sizes", [])
-    if not isinstance(sizes, list) or sum(int(s) for s in sizes) > max_blob_bytes:
-        raise ChannelClosed("blob sizes invalid or too large: channel corrupted")
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
+        raise ChannelClosed("blob sizes invalid: channel corrupted")
+    if sum(sizes) > max_blob_bytes:
+        raise Oversized(f"the submission sent {sum(sizes)} bytes of outputs where at most {max_blob_bytes} fit "
+                        "the expected outputs")
     return header, [_recv_exact(sock, int(s)) for s in sizes]
 
 

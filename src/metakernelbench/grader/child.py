@@ -56,6 +56,44 @@ class _ImportGuard:
         return self.original(name, globals, locals, fromlist, level)
 
 
+# Kernel libraries and the benchmark itself: a submission must define its kernels, not borrow them (threat 21).
+_BLOCKED_PACKAGES = ("metakernelbench", "quack", "flash_attn", "flashinfer", "vllm", "sgl_kernel", "deep_gemm",
+                     "cupy", "pycuda", "numba", "triton", "tilelang", "thunderkittens")
+
+
+class _BlockedImports:
+    """A meta-path finder that refuses modules of the benchmark and of kernel libraries not already loaded, whatever
+    route (import statement, importlib, __import__) asks for them."""
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == p or name.startswith(p + ".") for p in _BLOCKED_PACKAGES):
+            raise ImportError(f"import of '{name}' is not allowed in a submission")
+        return None
+
+
+class _ThreadStarts:
+    """Counts Python threads started while a call runs: work finished behind the timer's back (threat 8)."""
+
+    def __init__(self) -> None:
+        import _thread
+
+        self.count = 0
+        self.targets = []
+        for owner, attr in ((threading, "_start_new_thread"), (threading, "_start_joinable_thread"),
+                            (_thread, "start_new_thread"), (_thread, "start_joinable_thread"), (_thread, "start_new")):
+            original = getattr(owner, attr, None)
+            if original is not None:
+                setattr(owner, attr, self._counting(original))
+                self.targets.append((owner, attr, getattr(owner, attr)))
+
+    def _counting(self, original):
+        def start(*args, **kwargs):
+            self.count += 1
+            return original(*args, **kwargs)
+
+        return start
+
+
 class Runner:
     def __init__(self, sock: socket.socket, job: dict) -> None:
         from metakernelbench.suite.loader import problem_from_file
@@ -77,6 +115,12 @@ class Runner:
             self.sync = torch.cuda.synchronize
             self.Event = torch.cuda.Event
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES[self.device_type], dtype=torch.uint8, device=self.device)
+        self.thread_starts = _ThreadStarts()
+        self.watched += self.thread_starts.targets
+        self.watched += [(self, attr, getattr(self, attr)) for attr in ("perf_counter", "sync", "Event")
+                         if hasattr(self, attr)]
+        self.watched += [(Runner, name, Runner.__dict__[name]) for name in ("call", "report_outputs", "finish",
+                                                                            "_poison", "_remember")]
 
     # -- set-up -----------------------------------------------------------------------------------------------
     def load(self) -> dict:
@@ -96,7 +140,12 @@ class Runner:
         module_name = "submission"
         builtins.__import__ = _ImportGuard(module_name, adapter.allowed_roots + _COMMON_RUNTIME_IMPORTS)
         self.watched.append((builtins, "__import__", builtins.__import__))
+        for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
+            if not name.startswith("metakernelbench.suite.loader"):
+                sys.modules.pop(name)
+        sys.meta_path.insert(0, _BlockedImports())
         started = self.perf_counter()
+        channel.send(self.sock, {"op": "armed", "nonce": self.job["nonce"], "fingerprint": self.fingerprint()})
         spec = importlib.util.spec_from_file_location(module_name, self.job["candidate_path"])
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
@@ -132,6 +181,9 @@ class Runner:
         if self.gate is not None:
             self.gate.take()
             self.gate.neutralise = bool(msg.get("ghost"))
+            self.gate.readings = []
+            self.gate.clock = self._launch_clock if msg.get("measure_dsl") else None
+        threads_started = self.thread_starts.count
         try:
             if self.device_type == "cuda":
                 self.sync()
@@ -151,10 +203,27 @@ class Runner:
         finally:
             if self.gate is not None:
                 self.gate.neutralise = False
+                self.gate.clock = None
         launches = self.gate.take() if self.gate is not None else None
+        dsl_ms = self._dsl_ms() if msg.get("measure_dsl") and self.gate is not None else None
+        threads = self.thread_starts.count - threads_started
         self.last = {"inputs": inputs, "pristine": pristine, "outputs": outputs}
         self._remember(inputs)
-        return {"ms": ms, "host_ms": host_ms, "launches": launches}
+        return {"ms": ms, "host_ms": host_ms, "dsl_ms": dsl_ms, "launches": launches, "threads_started": threads,
+                "threads_alive": threading.active_count()}
+
+    def _launch_clock(self):
+        """A timestamp on the device's current stream (GPU) or the host clock (CPU, where launches are synchronous)."""
+        if self.device_type == "cuda":
+            event = self.Event(enable_timing=True)
+            event.record()
+            return event
+        return self.perf_counter()
+
+    def _dsl_ms(self) -> float:
+        if self.device_type == "cuda":
+            return sum(begin.elapsed_time(end) for begin, end in self.gate.readings)
+        return sum(end - begin for begin, end in self.gate.readings) * 1e3
 
     def report_outputs(self) -> tuple[dict, list[bytes]]:
         if self.last is None:
@@ -187,9 +256,15 @@ class Runner:
                 problems.append(f"output '{name}' must be input {index} itself, modified in place")
         return {"single": single, "outputs": metas, "integrity_problems": problems}, blobs
 
+    def fingerprint(self) -> dict[str, int]:
+        """Identities of the watched objects, looked up afresh; the parent holds the copy taken before the import."""
+        return {f"{getattr(o, '__name__', type(o).__name__)}.{a}": id(getattr(o, a)) for o, a, _ in self.watched}
+
     def finish(self) -> dict:
-        tampered = [f"{getattr(o, '__name__', o)}.{a}" for o, a, orig in self.watched if getattr(o, a) is not orig]
-        return {"tampered": tampered, "python_threads": threading.active_count(),
+        tampered = [f"{getattr(o, '__name__', type(o).__name__)}.{a}" for o, a, orig in self.watched
+                    if getattr(o, a) is not orig]
+        tampered += [f"Runner.{name} (shadowed)" for name in vars(self) if callable(Runner.__dict__.get(name))]
+        return {"tampered": tampered, "fingerprint": self.fingerprint(), "python_threads": threading.active_count(),
                 "native_threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None}
 
 
@@ -210,7 +285,7 @@ def serve(sock: socket.socket, job: dict) -> None:
         channel.send(sock, {"op": "ready", "nonce": job["nonce"], "error": _error_text(exc)})
         return
     channel.send(sock, {"op": "ready", "nonce": job["nonce"], "python_threads": threading.active_count(),
-                        "network_isolated": job.get("network_isolated"), **info})
+                        "isolation": job.get("isolation", {}), **info})
     while True:
         msg, _ = channel.recv(sock)
         op, nonce = msg.get("op"), msg.get("nonce")

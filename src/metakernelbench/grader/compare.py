@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 BUDGET_FACTOR = 8.0
-FLOOR_FACTOR = 2.0
+FLOOR_FACTOR = 0.5  # half an ulp: the largest error of a correctly rounded result
 
 
 @dataclass(frozen=True)

@@ -1,55 +1,19 @@
 """A fork server: one process imports torch and the DSLs once (≈8 s), then forks a fresh child per submission.
 
 The server never initialises CUDA, so each forked child can. Children start in their own session (so a hang is
-killed with its whole process group), in a private temp dir, without secrets in the environment, with rlimits and,
-where the platform allows, without network.
+killed with its whole process group) and are isolated as `sandbox.isolate_child` says.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import re
-import resource
 import signal
 import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 
-SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION)|^(OPENAI|ANTHROPIC|AWS|GOOGLE|"
-                         r"AZURE|HF|HUGGING|GITHUB|GH|MODAL|WANDB|GEMINI|DEEPSEEK|OPENROUTER)_", re.IGNORECASE)
-CLONE_NEWNET = 0x40000000
-FILE_SIZE_LIMIT = 1 << 30
-
-
-def scrubbed_env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
-    env.update(extra or {})
-    return env
-
-
-def _isolate(job: dict) -> dict:
-    """Runs in the freshly forked child, before any submission code."""
-    os.setsid()
-    os.chdir(job["workdir"])
-    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
-        out = os.open(os.path.join(job["workdir"], name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(out, fd)
-        os.close(out)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-    if job.get("memory_limit_bytes"):
-        limit = int(job["memory_limit_bytes"])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    os.environ["TMPDIR"] = job["workdir"]
-    os.environ["HOME"] = job["workdir"]
-    try:
-        network_isolated = ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) == 0
-    except (OSError, AttributeError):
-        network_isolated = False
-    return {"network_isolated": network_isolated}
-
+from metakernelbench.grader.sandbox import isolate_child, protect_this_process, scrubbed_env
 
 def serve(control: socket.socket, dsls: list[str]) -> None:
     import torch  # noqa: F401  (imported once here so children inherit it)
@@ -61,22 +25,23 @@ def serve(control: socket.socket, dsls: list[str]) -> None:
         adapter = get_adapter(name)
         if adapter.available():
             adapter.preload()
+    protect_this_process()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     control.sendall(b'{"up": true}\n')
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 1 << 20, 1)
         except OSError:
-            return
-        if not data:
-            return
+            os._exit(0)
+        if not data:  # the grader closed the control socket: leave at once (no slow interpreter teardown)
+            os._exit(0)
         job = json.loads(data)
         pid = os.fork()
         if pid == 0:
             control.close()
             sock = socket.socket(fileno=fds[0])
             try:
-                job.update(_isolate(job))
+                job["isolation"] = isolate_child(job["workdir"], job.get("memory_limit_bytes"))
                 child.serve(sock, job)
             finally:
                 os._exit(0)
@@ -124,7 +89,11 @@ class ForkServer:
         line = self._reader.readline()
         return int(json.loads(line)["exit"]) if line else -1
 
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
     def close(self) -> None:
+        self._reader.close()
         self._control.close()
         try:
             self.process.wait(timeout=10)

@@ -23,6 +23,7 @@ import torch
 from metakernelbench.grader import channel
 from metakernelbench.grader.compare import compare
 from metakernelbench.grader.forkserver import ForkServer
+from metakernelbench.grader.sandbox import protect_this_process
 from metakernelbench.grader.verdict import Verdict
 from metakernelbench.suite.loader import Problem
 
@@ -42,6 +43,8 @@ class GraderConfig:
     warmup_calls: int = 5
     timed_calls: int = 30
     reverified_calls: int = 3
+    share_calls: int = 3
+    min_dsl_share: float = 0.10
     baseline_processes: int = 3
     compile_baseline: bool | None = None
     static_rules: bool = True
@@ -57,7 +60,7 @@ class GraderConfig:
 
 # Failures that leave correctness unproven; the others (integrity, timer, roofline) fail a correct submission.
 _CORRECTNESS_FAILURES = ("static_rules", "import", "runtime_error", "timeout", "crash", "correctness", "launch",
-                         "ghost_replay")
+                         "ghost_replay", "dsl_share")
 
 
 class _Failure(Exception):
@@ -97,7 +100,8 @@ class _Session:
         self.handle = server.spawn(self.job)
         self.exit_code: int | None = None
 
-    def request(self, msg: dict, timeout_s: float, expect_nonce: str | None = None) -> tuple[dict, list[bytes]]:
+    def request(self, msg: dict, timeout_s: float, expect_nonce: str | None = None,
+                max_bytes: int = 1 << 20) -> tuple[dict, list]:
         nonce = expect_nonce or secrets.token_hex(16)
         if expect_nonce is None:
             channel.send(self.handle.sock, {**msg, "nonce": nonce})
@@ -106,9 +110,11 @@ class _Session:
             raise _Failure("timeout", "the submission exceeded the total grading time limit")
         self.handle.sock.settimeout(budget)
         try:
-            header, blobs = channel.recv(self.handle.sock)
+            header, blobs = channel.recv(self.handle.sock, max_blob_bytes=max_bytes)
         except socket.timeout:
             raise _Failure("timeout", f"no answer within {budget:.0f} s (hang or endless loop); process killed")
+        except channel.Oversized as exc:
+            raise _Failure("integrity", str(exc))
         except (channel.ChannelClosed, ConnectionError, ValueError) as exc:
             raise _Failure("crash", f"the submission's process died or closed the channel ({exc})")
         if header.get("nonce") != nonce:
@@ -136,6 +142,7 @@ class Grader:
         self._server: ForkServer | None = None
         self._server_dsls: tuple[str, ...] = ()
         self._baselines: dict[tuple[str, str], dict] = {}
+        protect_this_process()
 
     def __enter__(self) -> "Grader":
         return self
@@ -150,7 +157,7 @@ class Grader:
 
     def _fork_server(self, dsl: str | None) -> ForkServer:
         wanted = tuple(sorted(set(self._server_dsls) | ({dsl} if dsl else set())))
-        if self._server is None or wanted != self._server_dsls:
+        if self._server is None or wanted != self._server_dsls or not self._server.alive():
             self.close()
             self._server = ForkServer(list(wanted), env=self.config.extra_env)
             self._server_dsls = wanted
@@ -169,8 +176,8 @@ class Grader:
         wide = problem.reference(*[widen(t) for t in inputs])
         return lp, wide
 
-    def _fetch_outputs(self, session: _Session) -> tuple:
-        header, blobs = session.request({"op": "send"}, self.config.call_timeout_s)
+    def _fetch_outputs(self, session: _Session, max_bytes: int) -> tuple:
+        header, blobs = session.request({"op": "send"}, self.config.call_timeout_s, max_bytes=max_bytes)
         if header.get("error"):
             raise _Failure("runtime_error", header["error"].strip().splitlines()[-1])
         if header.get("integrity_problems"):
@@ -191,8 +198,9 @@ class Grader:
         return reply
 
     def _verify(self, problem: Problem, session: _Session, seed: int, size: str) -> dict:
-        got = self._fetch_outputs(session)
         lp, wide = self._references(problem, seed, size)
+        expected = sum(t.numel() * t.element_size() for t in lp if isinstance(t, torch.Tensor))
+        got = self._fetch_outputs(session, max_bytes=2 * expected + (1 << 20))
         checks = compare(problem, got, lp, wide)
         return {"size": size, "outputs": [c.__dict__ for c in checks], "passed": all(c.passed for c in checks)}
 
@@ -232,6 +240,7 @@ class Grader:
             runtime = self._run_candidate(problem, session, state)
         except _Failure as exc:
             failure = exc
+            runtime = state.get("runtime", {})
         finally:
             if session is not None:
                 stdout, stderr = session.close()
@@ -266,11 +275,15 @@ class Grader:
         cfg = self.config
         t0 = time.monotonic()
         ready, _ = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
+        armed = ready.get("fingerprint", {}) if ready.get("op") == "armed" else None
+        if armed is not None:
+            ready, _ = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
         state["timings"]["import"] = time.monotonic() - t0
         if ready.get("error"):
             raise _Failure("import", "importing the submission failed: " + ready["error"].strip().splitlines()[-1])
-        state["checks"]["network_isolated"] = {"passed": True, "detail": "no network" if ready.get(
-            "network_isolated") else "the platform refused a private network namespace (not fatal)"}
+        isolation = ready.get("isolation", {})
+        state["checks"]["isolation"] = {"passed": True, "detail": {k: "on" if v else "refused by the platform (not "
+                                                                   "fatal)" for k, v in isolation.items()}}
         if ready.get("python_threads", 1) != 1:
             raise _Failure("integrity", f"the submission started {ready['python_threads'] - 1} thread(s) at import")
 
@@ -295,11 +308,17 @@ class Grader:
                     raise _Failure("correctness", f"size '{size}', output '{bad['name']}': {bad['reason']}")
 
         seed = secrets.randbits(62)
-        self._call(session, seed, timed_size, cfg.call_timeout_s, ghost=True)
-        ghost = self._verify(problem, session, seed, timed_size)
-        state["checks"]["ghost_replay"] = {"passed": not ghost["passed"],
+        ghost = self._ghost_call(session, seed, timed_size)
+        if ghost is not None:
+            try:
+                ghost = self._verify(problem, session, seed, timed_size)
+            except _Failure as exc:  # malformed outputs without the DSL kernels: they mattered
+                if exc.check not in ("integrity", "correctness", "runtime_error"):
+                    raise
+                ghost = None
+        state["checks"]["ghost_replay"] = {"passed": ghost is None or not ghost["passed"],
                                            "detail": "outputs with the DSL launches neutralised must be wrong"}
-        if ghost["passed"]:
+        if ghost is not None and ghost["passed"]:
             raise _Failure("ghost_replay", "with its DSL kernel launches neutralised the submission still returns "
                                            "correct outputs: the DSL kernel does not compute them")
 
@@ -325,7 +344,11 @@ class Grader:
                 times.append(float(reply["ms"]))
                 host_times.append(float(reply["host_ms"]))
         state["timings"]["timed_calls"] = time.monotonic() - t2
+        state["runtime"] = _summary(times)
+        state["runtime"]["host_median_ms"] = statistics.median(host_times)
+        self._check_dsl_share(session, timed_size, state)
         final, _ = session.request({"op": "finish"}, cfg.call_timeout_s)
+        final["tampered"] += sorted(k for k, v in (armed or {}).items() if final.get("fingerprint", {}).get(k) != v)
         state["checks"]["unpatched"] = {"passed": not final["tampered"], "detail": final["tampered"]}
         if final["tampered"]:
             raise _Failure("integrity", f"grader-critical functions were replaced: {', '.join(final['tampered'])}")
@@ -333,17 +356,47 @@ class Grader:
                                       "detail": f"{final['python_threads']} Python thread(s) after the calls"}
         if final["python_threads"] != 1:
             raise _Failure("integrity", "the submission left background threads running")
-        runtime = _summary(times)
-        runtime["host_median_ms"] = statistics.median(host_times)
+        runtime = state["runtime"]
         inputs = problem.make_inputs(0, self.device, timed_size)
         outputs = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
         state["roofline"] = self._roofline(problem, inputs, outputs, runtime["median_ms"])
         return runtime
 
+    def _ghost_call(self, session: _Session, seed: int, size: str) -> dict | None:
+        """A call with the DSL launches neutralised; None when it raised (which also proves the DSL work mattered)."""
+        try:
+            return self._call(session, seed, size, self.config.call_timeout_s, ghost=True)
+        except _Failure as exc:
+            if exc.check != "runtime_error":
+                raise
+            return None
+
+    def _check_dsl_share(self, session: _Session, size: str, state: dict) -> None:
+        """The DSL kernels must carry the work: the time inside DSL launches, bracketed by device events, must be a
+        real share of the call. Catches a token DSL kernel (a flag) gating work done in eager PyTorch (threat 1)."""
+        shares = []
+        for _ in range(self.config.share_calls):
+            reply, _ = session.request({"op": "call", "seed": secrets.randbits(62), "size": size,
+                                        "measure_dsl": True}, self.config.call_timeout_s)
+            if reply.get("error"):
+                raise _Failure("runtime_error", "solve raised: " + reply["error"].strip().splitlines()[-1])
+            session.request({"op": "drop"}, self.config.call_timeout_s)
+            shares.append(min(1.0, float(reply["dsl_ms"]) / float(reply["ms"])) if reply["ms"] > 0 else 0.0)
+        share = statistics.median(shares)
+        passed = share >= self.config.min_dsl_share
+        state["checks"]["dsl_share"] = {"passed": passed, "share": share, "detail": f"{share:.0%} of a call's time "
+                                        f"is inside DSL launches (minimum {self.config.min_dsl_share:.0%})"}
+        if not passed:
+            raise _Failure("dsl_share", f"only {share:.0%} of a call's time is inside its DSL kernels (minimum "
+                                        f"{self.config.min_dsl_share:.0%}): the work is done outside the DSL")
+
     @staticmethod
     def _require_launch(reply: dict) -> None:
         if reply.get("launches") is not None and reply["launches"] < 1:
             raise _Failure("launch", "a call to solve launched no kernel written in the variant's DSL")
+        if reply.get("threads_started") or reply.get("threads_alive", 1) != 1:
+            raise _Failure("integrity", "solve started a thread: work would escape the timer (threads are not "
+                                        "allowed in submissions)")
 
     def _judge(self, problem: Problem, state: dict, runtime: dict) -> _Failure | None:
         median, host = runtime["median_ms"], runtime["host_median_ms"]

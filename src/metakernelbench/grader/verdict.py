@@ -14,7 +14,7 @@ VERDICT_LEGEND = {
     "correct": "every correctness draw, re-verified timed call and the ghost replay passed",
     "passed": "compiled and correct and every integrity check passed and the runtime is physically plausible",
     "failed_check": "the first check that failed: static_rules, import, runtime_error, timeout, crash, correctness, "
-                    "launch, ghost_replay, integrity, timer, roofline (null when passed)",
+                    "launch, ghost_replay, dsl_share, integrity, timer, roofline (null when passed)",
     "reason": "one line saying why it failed",
     "draws": "per correctness draw: size, per-output rule, error, budget, pass",
     "runtime": "timed calls in ms: median, mean, min, max, p10, p90, spread=(p90-p10)/median, "
