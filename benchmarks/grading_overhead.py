@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 
-from metakernelbench.grader import Grader
+from metakernelbench.grader import Grader, GraderConfig
 from metakernelbench.suite import load_suite
 
 
@@ -20,7 +20,7 @@ def main() -> None:
     dsls = [a for a in args if a in ("cute", "tirx")] or ["cute", "tirx"]
     rows = []
     started = time.monotonic()
-    with Grader() as grader:
+    with Grader(GraderConfig(preload_dsls=tuple(dsls))) as grader:
         for round_ in (1, 2):
             for problem in load_suite():
                 for dsl in dsls:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from metakernelbench.grader import channel
-from metakernelbench.grader.compare import compare
+from metakernelbench.grader.compare import compare, needs_fp64
 from metakernelbench.grader.forkserver import ForkServer
 from metakernelbench.grader.sandbox import protect_this_process
 from metakernelbench.grader.verdict import Verdict
@@ -48,6 +48,7 @@ class GraderConfig:
     baseline_processes: int = 3
     compile_baseline: bool | None = None
     static_rules: bool = True
+    preload_dsls: tuple[str, ...] = ()  # DSLs the fork server imports up front, so mixed runs never restart it
     import_timeout_s: float = 300.0
     first_call_timeout_s: float = 300.0
     call_timeout_s: float = 60.0
@@ -156,7 +157,7 @@ class Grader:
             self._server = None
 
     def _fork_server(self, dsl: str | None) -> ForkServer:
-        wanted = tuple(sorted(set(self._server_dsls) | ({dsl} if dsl else set())))
+        wanted = tuple(sorted(set(self._server_dsls) | set(self.config.preload_dsls) | ({dsl} if dsl else set())))
         if self._server is None or wanted != self._server_dsls or not self._server.alive():
             self.close()
             self._server = ForkServer(list(wanted), env=self.config.extra_env)
@@ -167,6 +168,8 @@ class Grader:
     def _references(self, problem: Problem, seed: int, size: str) -> tuple[tuple, tuple]:
         inputs = problem.make_inputs(seed, self.device, size)
         lp = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
+        if not needs_fp64(problem):
+            return lp, lp
 
         def widen(t):
             if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:

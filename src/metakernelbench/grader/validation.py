@@ -60,7 +60,7 @@ def validate(problems: list[Problem], dsls: list[str], device: str, arch: str = 
     on_gpu = torch.device(device).type == "cuda"
     rows = []
     if on_gpu:
-        with Grader(GraderConfig(device=device, compile_baseline=compile_baseline)) as grader:
+        with Grader(GraderConfig(device=device, compile_baseline=compile_baseline, preload_dsls=tuple(dsls))) as grader:
             for problem in problems:
                 for dsl in dsls:
                     path = problem.solution_path(dsl)

@@ -1,10 +1,12 @@
 """Fused add + RMSNorm in CuTe DSL: one CTA per row, the whole row held in registers between one read and two writes."""
+import functools
+
 import torch
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
+from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 EPS = 1e-5
 _DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16, torch.float32: cutlass.Float32}
@@ -21,9 +23,13 @@ class _FusedAddRMSNorm:
         self.iters = -(-self.nvec // self.threads)
 
     @cute.jit
-    def __call__(self, mX: cute.Tensor, mR: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mRO: cute.Tensor,
-                 stream: cuda.CUstream):
-        self.kernel(mX, mR, mW, mO, mRO).launch(grid=(mX.shape[0], 1, 1), block=(self.threads, 1, 1), stream=stream)
+    def __call__(self, pX: cute.Pointer, pR: cute.Pointer, pW: cute.Pointer, pO: cute.Pointer, pRO: cute.Pointer,
+                 tokens: cutlass.Int32, stream: cuda.CUstream):
+        # Raw pointers and a runtime token count: no DLPack conversion per call, one compile per hidden size.
+        rows = cute.make_layout((tokens, self.hidden), stride=(self.hidden, 1))
+        mX, mR, mO, mRO = [cute.make_tensor(p, rows) for p in (pX, pR, pO, pRO)]
+        mW = cute.make_tensor(pW, cute.make_layout((self.hidden,)))
+        self.kernel(mX, mR, mW, mO, mRO).launch(grid=(tokens, 1, 1), block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mR: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mRO: cute.Tensor):
@@ -74,29 +80,20 @@ class _FusedAddRMSNorm:
                 cute.copy(copy_x, rX[None, i], gO[None, c])
 
 
-_cache = {}
+@functools.lru_cache(maxsize=None)
+def _compiled(hidden, dtype, wdtype, vec, arch):
+    """Compile once per hidden size, dtypes, vector width and arch; the token count stays dynamic."""
+    dt, wdt = _DTYPES[dtype], _DTYPES[wdtype]
+    row = make_ptr(dt, 0, cute.AddressSpace.gmem, assumed_align=vec * dt.width // 8)
+    w = make_ptr(wdt, 0, cute.AddressSpace.gmem, assumed_align=vec * wdt.width // 8)
+    return cute.compile(_FusedAddRMSNorm(hidden, vec), row, row, w, row, row, cutlass.Int32(1), make_fake_stream(),
+                        options=f"--gpu-arch {arch}")
 
 
-def _compiled(hidden, dtype, wdtype, vec, arch=None):
-    """Compile (once per hidden size, dtypes and vector width; the token count stays dynamic)."""
-    key = (hidden, dtype, wdtype, vec, arch)
-    if key not in _cache:
-        dt, wdt = _DTYPES[dtype], _DTYPES[wdtype]
-        m = cute.sym_int()
-        rows = [make_fake_compact_tensor(dt, (m, hidden), stride_order=(1, 0), assumed_align=vec * dt.width // 8)
-                for _ in range(4)]
-        w = make_fake_compact_tensor(wdt, (hidden,), assumed_align=vec * wdt.width // 8)
-        _cache[key] = cute.compile(_FusedAddRMSNorm(hidden, vec), rows[0], rows[1], w, rows[2], rows[3],
-                                   make_fake_stream(), options=f"--gpu-arch {arch}" if arch else "")
-    return _cache[key]
-
-
-def _vec_width(hidden, *tensors):
-    """Widest vector (16 bytes at most) that divides the row and keeps every row start aligned."""
-    vec = 16 // max(t.element_size() for t in tensors)
-    while vec > 1 and (hidden % vec or any(t.data_ptr() % (vec * t.element_size()) for t in tensors)):
-        vec //= 2
-    return vec
+@functools.lru_cache(maxsize=None)
+def _arch(device):
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
 def solve(x, residual, weight):
@@ -107,15 +104,21 @@ def solve(x, residual, weight):
         return out, residual_out
     if x.numel() >= 2**31:
         raise ValueError("fused_add_rmsnorm cute: 32-bit indexing supports fewer than 2**31 elements")
-    vec = _vec_width(hidden, x, residual, weight, out, residual_out)
-    kernel = _compiled(hidden, x.dtype, weight.dtype, vec)
-
-    def arg(t):
-        a = from_dlpack(t, assumed_align=vec * t.element_size())
-        return a.mark_compact_shape_dynamic(mode=0, stride_order=(0, 1)) if t.dim() == 2 else a
-
-    kernel(arg(x), arg(residual), arg(weight), arg(out), arg(residual_out),
-           cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+    px, pr, pw, po, pro = x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr()
+    size, wsize = x.element_size(), weight.element_size()
+    # Widest vector (16 bytes at most) that divides the row and keeps every row start aligned; a power of two
+    # divides the OR of the row addresses exactly when it divides each of them.
+    rows = px | pr | po | pro
+    vec = 16 // max(size, wsize)
+    while vec > 1 and (hidden % vec or rows % (vec * size) or pw % (vec * wsize)):
+        vec //= 2
+    kernel = _compiled(hidden, x.dtype, weight.dtype, vec, _arch(x.device))
+    dt, wdt = _DTYPES[x.dtype], _DTYPES[weight.dtype]
+    gmem, align = cute.AddressSpace.gmem, vec * size
+    kernel(make_ptr(dt, px, gmem, assumed_align=align), make_ptr(dt, pr, gmem, assumed_align=align),
+           make_ptr(wdt, pw, gmem, assumed_align=vec * wsize), make_ptr(dt, po, gmem, assumed_align=align),
+           make_ptr(dt, pro, gmem, assumed_align=align),
+           tokens, cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream))
     return out, residual_out
 
 

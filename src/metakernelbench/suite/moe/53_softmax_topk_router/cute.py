@@ -1,10 +1,12 @@
 """Softmax top-k router in CuTe DSL: 8 lanes per token hold its logits in registers; k rounds of shuffle max + argmin."""
+import functools
+
 import torch
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
+from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 THREADS = 128
 _DTYPES = {torch.float32: cutlass.Float32, torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
@@ -23,9 +25,14 @@ class _TopKRouter:
         self.per_lane = -(-self.nvec // lanes)
 
     @cute.jit
-    def __call__(self, mL: cute.Tensor, mW: cute.Tensor, mI: cute.Tensor, stream: cuda.CUstream):
+    def __call__(self, pL: cute.Pointer, pW: cute.Pointer, pI: cute.Pointer, tokens: cutlass.Int32,
+                 stream: cuda.CUstream):
+        # Raw pointers and a runtime token count: no DLPack conversion per call, one compile per (experts, k).
+        mL = cute.make_tensor(pL, cute.make_layout((tokens, self.experts), stride=(self.experts, 1)))
+        out = cute.make_layout((tokens, self.top_k), stride=(self.top_k, 1))
+        mW, mI = cute.make_tensor(pW, out), cute.make_tensor(pI, out)
         per_cta = THREADS // self.lanes
-        self.kernel(mL, mW, mI).launch(grid=((mL.shape[0] + per_cta - 1) // per_cta, 1, 1), block=(THREADS, 1, 1),
+        self.kernel(mL, mW, mI).launch(grid=((tokens + per_cta - 1) // per_cta, 1, 1), block=(THREADS, 1, 1),
                                        stream=stream)
 
     @cute.kernel
@@ -90,21 +97,21 @@ class _TopKRouter:
                 mI[tok, c * G + lane] = i
 
 
-_cache = {}
+@functools.lru_cache(maxsize=None)
+def _compiled(experts, top_k, dtype, vec, arch):
+    """Compile once per expert count, k, dtype, vector width and arch; the token count stays dynamic."""
+    dt = _DTYPES[dtype]
+    logits = make_ptr(dt, 0, cute.AddressSpace.gmem, assumed_align=vec * dt.width // 8)
+    w = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=4)
+    i = make_ptr(cutlass.Int32, 0, cute.AddressSpace.gmem, assumed_align=4)
+    return cute.compile(_TopKRouter(experts, top_k, vec), logits, w, i, cutlass.Int32(1), make_fake_stream(),
+                        options=f"--gpu-arch {arch}")
 
 
-def _compiled(experts, top_k, dtype, vec, arch=None):
-    """Compile once per expert count, k, dtype and vector width; the token count stays dynamic."""
-    key = (experts, top_k, dtype, vec, arch)
-    if key not in _cache:
-        dt = _DTYPES[dtype]
-        t = cute.sym_int()
-        logits = make_fake_compact_tensor(dt, (t, experts), stride_order=(1, 0), assumed_align=vec * dt.width // 8)
-        w = make_fake_compact_tensor(cutlass.Float32, (t, top_k), stride_order=(1, 0), assumed_align=4)
-        i = make_fake_compact_tensor(cutlass.Int32, (t, top_k), stride_order=(1, 0), assumed_align=4)
-        _cache[key] = cute.compile(_TopKRouter(experts, top_k, vec), logits, w, i, make_fake_stream(),
-                                   options=f"--gpu-arch {arch}" if arch else "")
-    return _cache[key]
+@functools.lru_cache(maxsize=None)
+def _arch(device):
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
 def solve(logits, top_k):
@@ -119,15 +126,16 @@ def solve(logits, top_k):
         return weights, ids
     if logits.numel() >= 2**31:
         raise ValueError("softmax_topk_router cute: 32-bit indexing supports fewer than 2**31 logits")
-    size = logits.element_size()
+    pl, size = logits.data_ptr(), logits.element_size()
     vec = 16 // size
-    while vec > 1 and (experts % vec or logits.data_ptr() % (vec * size)):
+    while vec > 1 and (experts % vec or pl % (vec * size)):
         vec //= 2
-    kernel = _compiled(experts, top_k, logits.dtype, vec)
-    args = [from_dlpack(logits, assumed_align=vec * size).mark_compact_shape_dynamic(mode=0, stride_order=(0, 1))]
-    args += [from_dlpack(t, assumed_align=4).mark_compact_shape_dynamic(mode=0, stride_order=(0, 1))
-             for t in (weights, ids)]
-    kernel(*args, cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+    kernel = _compiled(experts, top_k, logits.dtype, vec, _arch(logits.device))
+    gmem = cute.AddressSpace.gmem
+    kernel(make_ptr(_DTYPES[logits.dtype], pl, gmem, assumed_align=vec * size),
+           make_ptr(cutlass.Float32, weights.data_ptr(), gmem, assumed_align=4),
+           make_ptr(cutlass.Int32, ids.data_ptr(), gmem, assumed_align=4),
+           tokens, cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream))
     return weights, ids
 
 

@@ -1,10 +1,12 @@
 """Per-1x128-group FP8 quantisation in CuTe DSL: 8 lanes per group, amax by a 3-step shuffle, one read and one write."""
+import functools
+
 import torch
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
+from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 GROUP = 128
 FP8_MAX = 448.0
@@ -19,9 +21,15 @@ class _GroupQuant:
         self.nv = GROUP // LANES // vec  # vectors per lane
 
     @cute.jit
-    def __call__(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, stream: cuda.CUstream):
+    def __call__(self, pX: cute.Pointer, pQ: cute.Pointer, pS: cute.Pointer, groups: cutlass.Int32,
+                 stream: cuda.CUstream):
+        # Raw pointers and a runtime group count: no DLPack conversion per call, one compile per dtype.
+        # Groups are contiguous 128-element runs of the row-major tensors: x and q are viewed as (groups, 128).
+        rows = cute.make_layout((groups, GROUP), stride=(GROUP, 1))
+        mX, mQ = cute.make_tensor(pX, rows), cute.make_tensor(pQ, rows)
+        mS = cute.make_tensor(pS, cute.make_layout((groups,)))
         per_cta = THREADS // LANES
-        self.kernel(mX, mQ, mS).launch(grid=((mX.shape[0] + per_cta - 1) // per_cta, 1, 1), block=(THREADS, 1, 1),
+        self.kernel(mX, mQ, mS).launch(grid=((groups + per_cta - 1) // per_cta, 1, 1), block=(THREADS, 1, 1),
                                        stream=stream)
 
     @cute.kernel
@@ -66,21 +74,20 @@ class _GroupQuant:
                 mS[g] = scale
 
 
-_cache = {}
+@functools.lru_cache(maxsize=None)
+def _compiled(dtype, vec, arch):
+    """Compile once per input dtype, vector width and arch; the number of groups stays dynamic."""
+    dt = _DTYPES[dtype]
+    x = make_ptr(dt, 0, cute.AddressSpace.gmem, assumed_align=vec * dt.width // 8)
+    q = make_ptr(cutlass.Float8E4M3FN, 0, cute.AddressSpace.gmem, assumed_align=vec)
+    s = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=4)
+    return cute.compile(_GroupQuant(vec), x, q, s, cutlass.Int32(1), make_fake_stream(), options=f"--gpu-arch {arch}")
 
 
-def _compiled(dtype, vec, arch=None):
-    """Compile once per input dtype and vector width; the number of groups stays dynamic."""
-    key = (dtype, vec, arch)
-    if key not in _cache:
-        dt = _DTYPES[dtype]
-        n = cute.sym_int()
-        x = make_fake_compact_tensor(dt, (n, GROUP), stride_order=(1, 0), assumed_align=vec * dt.width // 8)
-        q = make_fake_compact_tensor(cutlass.Float8E4M3FN, (n, GROUP), stride_order=(1, 0), assumed_align=vec)
-        s = make_fake_compact_tensor(cutlass.Float32, (n,), assumed_align=4)
-        _cache[key] = cute.compile(_GroupQuant(vec), x, q, s, make_fake_stream(),
-                                   options=f"--gpu-arch {arch}" if arch else "")
-    return _cache[key]
+@functools.lru_cache(maxsize=None)
+def _arch(device):
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
 def solve(x):
@@ -90,20 +97,21 @@ def solve(x):
     x = x.contiguous()
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((m, k // GROUP), dtype=torch.float32, device=x.device)
-    if x.numel() == 0:
+    n = x.numel()
+    if n == 0:
         return q, scales
-    if x.numel() >= 2**31:
+    if n >= 2**31:
         raise ValueError("fp8_group_quant cute: 32-bit indexing supports fewer than 2**31 elements")
-    # Groups are contiguous 128-element runs of the row-major tensor: view x and q as (groups, 128).
-    vec = 16 // x.element_size()
-    while vec > 1 and x.data_ptr() % (vec * x.element_size()):
+    px, size = x.data_ptr(), x.element_size()
+    vec = 16 // size
+    while vec > 1 and px % (vec * size):
         vec //= 2
-    kernel = _compiled(x.dtype, vec)
-    xs, qs = x.view(-1, GROUP), q.view(-1, GROUP)
-    args = [from_dlpack(t, assumed_align=vec * t.element_size()).mark_compact_shape_dynamic(mode=0, stride_order=(0, 1))
-            for t in (xs, qs)]
-    args.append(from_dlpack(scales.view(-1), assumed_align=4).mark_compact_shape_dynamic(mode=0))
-    kernel(*args, cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+    kernel = _compiled(x.dtype, vec, _arch(x.device))
+    gmem = cute.AddressSpace.gmem
+    kernel(make_ptr(_DTYPES[x.dtype], px, gmem, assumed_align=vec * size),
+           make_ptr(cutlass.Float8E4M3FN, q.data_ptr(), gmem, assumed_align=vec),
+           make_ptr(cutlass.Float32, scales.data_ptr(), gmem, assumed_align=4),
+           n // GROUP, cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream))
     return q, scales
 
 
