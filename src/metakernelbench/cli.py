@@ -17,7 +17,7 @@ SuiteOption = typer.Option(None, "--suite", help="Folder of problem modules (def
 
 
 def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -38,7 +38,7 @@ GPU_PEAKS = {"H200": (4.8e12, 989e12), "H100 PCIe": (2.0e12, 756e12), "H100": (3
 @dataclass(frozen=True)
 class GraderConfig:
     device: str | None = None  # default: cuda when a GPU is visible (resolved in Grader, never at import)
-    check_draws: int = 5
+    check_draws: int = 3  # at the timed size; with extra_size_draws per held-out size, at least 5 draws in all
     extra_size_draws: int = 2
     warmup_calls: int = 5
     timed_calls: int = 30
