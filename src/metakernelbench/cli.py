@@ -159,6 +159,140 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
 
 
 @app.command()
+def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, replay:DIR or reference (offline)."),
+        problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: all)."),
+        dsls: Optional[str] = typer.Option(None, help="Comma-separated DSLs (default: all)."),
+        arms: str = typer.Option("solo,skill,placebo", help="Arms: solo, skill, placebo."),
+        replicates: int = typer.Option(1, help="Replicates of every cell."),
+        solo_control: bool = typer.Option(True, help="Add a second solo replicate (the noise floor)."),
+        submissions: int = typer.Option(10, help="Budget: submissions per trial (every arm alike)."),
+        turns: int = typer.Option(40, help="Budget: model turns per trial."),
+        output_tokens: int = typer.Option(400_000, help="Budget: output tokens per trial."),
+        wall_s: float = typer.Option(3600.0, help="Budget: wall seconds per trial."),
+        temperature: Optional[float] = typer.Option(None), max_output_tokens: int = typer.Option(16384),
+        reasoning_effort: Optional[str] = typer.Option(None), base_url: Optional[str] = typer.Option(None),
+        seed: int = typer.Option(0, help="Fixes placebo choices."),
+        db: Path = typer.Option(Path("results/mkb.sqlite"), help="The results store (SQLite)."),
+        run_id: str = typer.Option("main", help="Name of the run inside the store; rerun it to resume."),
+        device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
+        dry_run: bool = typer.Option(False, help="Print the plan and exit."),
+        suite: Optional[Path] = SuiteOption) -> None:
+    """Plan and run trials: solo in every DSL, then skill and placebo arms; resumable (rerun the same command)."""
+    from metakernelbench.agent.clients import ClientError, Sampling, make_client
+    from metakernelbench.agent.reference import ReferenceClient
+    from metakernelbench.protocol import Budget, PlanError, plan
+    from metakernelbench.protocol.runner import execute
+    from metakernelbench.store import Store, StoreError
+
+    chosen, dsl_list = _problems(suite, problems), _dsls(dsls)
+    budget = Budget(submissions, turns, output_tokens, wall_s)
+    sampling = Sampling(temperature, max_output_tokens, reasoning_effort)
+    try:
+        specs = plan(run_id, model, [p.id for p in chosen], dsl_list, [a.strip() for a in arms.split(",")],
+                     replicates, budget, seed, solo_control)
+    except PlanError as exc:
+        _fail(str(exc))
+    counts = {arm: sum(s.arm == arm for s in specs) for arm in ("solo", "skill", "placebo")}
+    console.print(f"plan: {len(specs)} trials ({', '.join(f'{n} {a}' for a, n in counts.items() if n)}) of "
+                  f"{model} on {len(chosen)} problems x {len(dsl_list)} DSLs; budget {budget}", highlight=False)
+    if dry_run:
+        table = Table("trial", "problem", "dsl", "arm", "source", "replicate")
+        for s in specs:
+            table.add_row(s.trial_id, s.problem, s.dsl, s.arm, s.skill_problem or s.source_dsl or "", str(s.replicate))
+        console.print(table)
+        return
+    if model != "reference":
+        try:
+            make_client(model, sampling, base_url=base_url)
+        except ClientError as exc:
+            _fail(str(exc))
+    from metakernelbench.grader import Grader, GraderConfig
+    from metakernelbench.grader.validation import environment
+
+    dev = _device(device)
+    config = {"model": model, "problems": [p.id for p in chosen], "dsls": dsl_list, "arms": arms,
+              "replicates": replicates, "solo_control": solo_control, "budget": budget.__dict__,
+              "sampling": sampling.__dict__, "seed": seed, "base_url": base_url}
+    try:
+        store = Store(db)
+        store.ensure_run(run_id, config, environment(dev))
+    except StoreError as exc:
+        _fail(str(exc))
+
+    def client_for(spec, problem):
+        if model == "reference":
+            return ReferenceClient(problem, spec.dsl, sampling)
+        return make_client(model, sampling, base_url=base_url)
+
+    def report(spec, outcome):
+        mark = outcome if isinstance(outcome, str) else ("pass" if outcome.passed else "fail")
+        console.print(f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: {mark}",
+                      highlight=False)
+
+    by_id = {p.id: p for p in chosen}
+    try:
+        with Grader(GraderConfig(device=dev, preload_dsls=tuple(dsl_list))) as grader:
+            execute(store, specs, by_id, client_for, grader, sampling.__dict__, on_trial=report)
+    except ClientError as exc:
+        _fail(f"{exc} (finished trials are kept; rerun the same command to resume)")
+    finally:
+        store.close()
+    _print_status(db, run_id)
+
+
+def _print_status(db: Path, run_id: Optional[str]) -> None:
+    from metakernelbench.store import Store, StoreError
+
+    if not db.is_file():
+        _fail(f"no store at {db}: run `mkb run` first or pass --db")
+    try:
+        store = Store(db)
+    except StoreError as exc:
+        _fail(str(exc))
+    table = Table("run", "arm", "trials", "finished", "passed", "skipped", "running", "pending")
+    rows: dict = {}
+    for t in store.trials(run_id):
+        row = rows.setdefault((t.run_id, t.arm), {"trials": 0, "finished": 0, "passed": 0, "skipped": 0,
+                                                  "running": 0, "pending": 0})
+        row["trials"] += 1
+        row[t.status] += 1
+        row["passed"] += bool(t.result and t.result.get("passed"))
+    for (run, arm), row in rows.items():
+        table.add_row(run, arm, *(str(row[k]) for k in ("trials", "finished", "passed", "skipped", "running",
+                                                         "pending")))
+    console.print(table)
+    store.close()
+
+
+@app.command()
+def status(db: Path = typer.Option(Path("results/mkb.sqlite")), run_id: Optional[str] = None) -> None:
+    """Trials per run and arm: finished, passed, skipped, interrupted (running), pending."""
+    _print_status(db, run_id)
+
+
+@app.command()
+def trial(trial_id: str, db: Path = typer.Option(Path("results/mkb.sqlite"))) -> None:
+    """A trial's readable transcript, its verdicts and its skill."""
+    from metakernelbench.store import Store, StoreError
+
+    if not db.is_file():
+        _fail(f"no store at {db}: pass --db")
+    store = Store(db)
+    try:
+        row = store.trial(trial_id)
+    except StoreError as exc:
+        _fail(str(exc))
+    console.print(f"[bold]{row.trial_id}[/bold] {row.model} {row.problem} [{row.dsl}] {row.arm} r{row.replicate} "
+                  f"({row.status})", highlight=False)
+    for role, content in store.transcript(trial_id):
+        console.rule(role)
+        print(content)
+    console.rule("skill")
+    print(row.skill or "(none)")
+    console.print(f"result: {json.dumps(row.result)}", highlight=False)
+
+
+@app.command()
 def legend() -> None:
     """Print the meaning of every field of a verdict."""
     from metakernelbench.grader import VERDICT_LEGEND

@@ -1,0 +1,172 @@
+"""One trial: a model attempts one variant under a budget, each answer graded, then distils a skill (pass or fail)."""
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from metakernelbench.agent.clients import ModelClient, Reply
+from metakernelbench.protocol import TrialSpec
+from metakernelbench.store import Store
+from metakernelbench.task import task_statement
+
+SYSTEM_PROMPT = """You are an expert GPU kernel engineer. Answer every turn with ONE complete Python module inside a \
+single ```python fenced block: the whole file, not a diff. Each answer is graded at once and you receive the \
+grader's verdict. Keep improving correctness first, then speed. To end your attempt, answer without a code block."""
+
+SKILL_HEADER = "## Experience from an earlier attempt at this problem in another kernel DSL"
+
+DISTILL_PROMPT = """Your attempt is over. Distil what you learned into a SKILL for an engineer who will attempt the \
+SAME problem from scratch in a DIFFERENT kernel DSL. Rules: prose only, no code and no code blocks; no identifiers \
+or API names of your DSL; only claims backed by your verdicts (what failed and why, what was correct, what was fast, \
+with numbers); the problem's traps, the numerics that matter, the work decomposition and memory-access pattern \
+that paid off. At most 400 words."""
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+_DSL_IDENTIFIERS = re.compile(r"\b(cute\.\w+|cutlass\w*|tvm_tirx|tvm_ffi|T\.\w+|from_dlpack|make_ptr|@cute|@T)\b")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What a trial achieved: its best passing submission (fastest correct), else its last."""
+
+    passed: bool
+    best_submission: int | None
+    median_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_eager_range: list | None
+    fraction_of_roofline: float | None
+    noise_spread: float | None
+    submissions: int
+    turns: int
+    stop_reason: str
+    offline_client: bool
+
+
+def extract_code(text: str) -> str | None:
+    blocks = _CODE_BLOCK.findall(text)
+    return blocks[-1] if blocks else None
+
+
+def audit_skill(text: str) -> dict:
+    """Length and code leakage of a skill: a skill must transfer knowledge, not code."""
+    identifiers = sorted(set(_DSL_IDENTIFIERS.findall(text)))
+    fences = text.count("```")
+    return {"words": len(text.split()), "chars": len(text), "code_fences": fences, "dsl_identifiers": identifiers,
+            "leaks_code": bool(fences or identifiers)}
+
+
+def feedback(verdict: dict) -> str:
+    """What the model sees after a submission: the grader's facts, short."""
+    lines = ["## Verdict", f"passed: {verdict['passed']}  compiled: {verdict['compiled']}  "
+                            f"correct: {verdict['correct']}"]
+    if verdict["failed_check"]:
+        lines.append(f"failed check: {verdict['failed_check']}: {verdict['reason']}")
+    runtime = verdict.get("runtime") or {}
+    if runtime.get("median_ms"):
+        lines.append(f"runtime: median {runtime['median_ms']:.4f} ms (p10 {runtime['p10_ms']:.4f}, p90 "
+                     f"{runtime['p90_ms']:.4f}, n {runtime['n']})")
+    if verdict.get("speedup_vs_eager"):
+        low, high = verdict["speedup_vs_eager_range"]
+        lines.append(f"speedup vs PyTorch eager: {verdict['speedup_vs_eager']:.2f}x (eager process spread: "
+                     f"{low:.2f}x..{high:.2f}x)")
+    if verdict.get("speedup_vs_compile"):
+        lines.append(f"speedup vs torch.compile: {verdict['speedup_vs_compile']:.2f}x")
+    fraction = (verdict.get("roofline") or {}).get("fraction")
+    if fraction:
+        lines.append(f"fraction of roofline: {fraction:.1%}")
+    if not verdict["passed"] and verdict.get("stderr_tail"):
+        lines += ["stderr (tail):", "```", verdict["stderr_tail"][-1500:], "```"]
+    return "\n".join(lines)
+
+
+def _best(submissions: list[dict]) -> tuple[int | None, dict | None]:
+    passing = [(i, v) for i, v in enumerate(submissions) if v["passed"]]
+    if passing:
+        return min(passing, key=lambda iv: iv[1]["runtime"]["median_ms"])
+    return (len(submissions) - 1, submissions[-1]) if submissions else (None, None)
+
+
+class _Usage:
+    def __init__(self) -> None:
+        self.input_tokens = self.output_tokens = self.cached_tokens = 0
+        self.cost_usd: float | None = None
+        self.started = time.monotonic()
+
+    def add(self, reply: Reply) -> None:
+        self.input_tokens += reply.input_tokens
+        self.output_tokens += reply.output_tokens
+        self.cached_tokens += reply.cached_tokens
+        if reply.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + reply.cost_usd
+
+    def as_dict(self) -> dict:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cached_tokens": self.cached_tokens, "cost_usd": self.cost_usd,
+                "wall_s": time.monotonic() - self.started}
+
+
+def run_trial(spec: TrialSpec, client: ModelClient, grader, problem, store: Store, skill: str | None) -> TrialResult:
+    """Run one trial to its end and record everything; the store marks it finished only at the very end."""
+    budget = spec.budget
+    statement = task_statement(problem, spec.dsl)
+    if skill is not None:
+        statement += f"\n\n{SKILL_HEADER}\n{skill.strip()}\n"
+    messages = [{"role": "user", "content": statement}]
+    store.add_message(spec.trial_id, 0, "user", statement)
+    usage, verdicts, offline = _Usage(), [], False
+    turns, stop = 0, "budget: turns"
+    with tempfile.TemporaryDirectory(prefix="mkb-trial-") as scratch:
+        while turns < budget.turns:
+            if usage.output_tokens >= budget.output_tokens:
+                stop = "budget: output tokens"
+                break
+            if time.monotonic() - usage.started >= budget.wall_s:
+                stop = "budget: wall time"
+                break
+            reply = client.complete(SYSTEM_PROMPT, messages)
+            offline |= reply.offline
+            turns += 1
+            usage.add(reply)
+            messages.append({"role": "assistant", "content": reply.text})
+            store.add_message(spec.trial_id, len(messages) - 1, "assistant", reply.text,
+                              {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
+                               "latency_s": reply.latency_s, "model": reply.model})
+            code = extract_code(reply.text)
+            if code is None:
+                stop = "model stopped" if reply.text.strip() else "empty answer"
+                break
+            path = Path(scratch) / f"submission_{len(verdicts):03d}.py"
+            path.write_text(code)
+            verdict = grader.grade(problem, spec.dsl, path).to_dict()
+            store.add_submission(spec.trial_id, len(verdicts), code, verdict)
+            verdicts.append(verdict)
+            if len(verdicts) >= budget.submissions:
+                stop = "budget: submissions"
+                break
+            messages.append({"role": "user", "content": feedback(verdict)})
+            store.add_message(spec.trial_id, len(messages) - 1, "user", messages[-1]["content"])
+    if verdicts and messages[-1]["role"] == "assistant":
+        messages.append({"role": "user", "content": feedback(verdicts[-1])})
+        store.add_message(spec.trial_id, len(messages) - 1, "user", messages[-1]["content"])
+    messages.append({"role": "user", "content": DISTILL_PROMPT})
+    store.add_message(spec.trial_id, len(messages) - 1, "user", DISTILL_PROMPT)
+    reply = client.complete(SYSTEM_PROMPT, messages)
+    usage.add(reply)
+    store.add_message(spec.trial_id, len(messages), "assistant", reply.text,
+                      {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens})
+    skill_text = reply.text.strip() or None
+    best_index, best = _best(verdicts)
+    result = TrialResult(
+        passed=bool(best and best["passed"]), best_submission=best_index,
+        median_ms=(best or {}).get("runtime", {}).get("median_ms") if best and best["passed"] else None,
+        speedup_vs_eager=best.get("speedup_vs_eager") if best and best["passed"] else None,
+        speedup_vs_eager_range=best.get("speedup_vs_eager_range") if best and best["passed"] else None,
+        fraction_of_roofline=(best.get("roofline") or {}).get("fraction") if best and best["passed"] else None,
+        noise_spread=(best.get("runtime") or {}).get("spread") if best and best["passed"] else None,
+        submissions=len(verdicts), turns=turns, stop_reason=stop, offline_client=offline)
+    store.finish_trial(spec.trial_id, asdict(result), skill_text, audit_skill(skill_text) if skill_text else None,
+                       usage.as_dict())
+    return result

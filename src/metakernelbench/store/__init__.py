@@ -1,0 +1,177 @@
+"""The results store: one SQLite file (WAL) is the source of truth for runs, trials, submissions, transcripts, skills.
+
+Every state change of a trial is one transaction, so a process killed at any moment leaves each trial either
+finished (never redone), or unfinished (restarted from scratch on resume, its partial rows removed first).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from metakernelbench.protocol import TrialSpec
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, created REAL NOT NULL, config TEXT NOT NULL,
+    environment TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trials (trial_id TEXT PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(run_id),
+    model TEXT NOT NULL, problem TEXT NOT NULL, dsl TEXT NOT NULL, arm TEXT NOT NULL, replicate INTEGER NOT NULL,
+    source_dsl TEXT, skill_problem TEXT, spec TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL,
+    started REAL, finished REAL, result TEXT, skill TEXT, skill_audit TEXT, usage TEXT, sampling TEXT);
+CREATE TABLE IF NOT EXISTS submissions (trial_id TEXT NOT NULL REFERENCES trials(trial_id), idx INTEGER NOT NULL,
+    code TEXT NOT NULL, verdict TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (trial_id, idx));
+CREATE TABLE IF NOT EXISTS messages (trial_id TEXT NOT NULL REFERENCES trials(trial_id), idx INTEGER NOT NULL,
+    role TEXT NOT NULL, content TEXT NOT NULL, usage TEXT, created REAL NOT NULL, PRIMARY KEY (trial_id, idx));
+"""
+STATUSES = ("pending", "running", "finished", "skipped")
+
+
+class StoreError(Exception):
+    """A store that cannot be used as asked; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    trial_id: str
+    run_id: str
+    model: str
+    problem: str
+    dsl: str
+    arm: str
+    replicate: int
+    source_dsl: str | None
+    skill_problem: str | None
+    status: str
+    attempts: int
+    result: dict | None
+    skill: str | None
+    skill_audit: dict | None
+    usage: dict | None
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "meta" not in tables:
+            raise StoreError(f"{self.path} is not a MetaKernelBench store: pass a new --db path")
+        if not tables:
+            self.db.executescript(_SCHEMA)
+        with self._transaction():
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has store schema {row[0]}, this version reads {SCHEMA_VERSION}: "
+                                 "use a new --db path or the matching MetaKernelBench version")
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- runs and trials --------------------------------------------------------------------------------------
+    def ensure_run(self, run_id: str, config: dict, environment: dict) -> None:
+        """Record a run once; a rerun with the same id must carry the same configuration."""
+        with self._transaction():
+            row = self.db.execute("SELECT config FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?)", (run_id, time.time(), json.dumps(
+                    config, sort_keys=True), json.dumps(environment, sort_keys=True)))
+            elif json.loads(row[0]) != json.loads(json.dumps(config, sort_keys=True)):
+                raise StoreError(f"run '{run_id}' already exists in {self.path} with another configuration: "
+                                 "resume it with the same options or pick a new --run-id")
+
+    def add_trials(self, specs: list[TrialSpec]) -> None:
+        with self._transaction():
+            self.db.executemany(
+                "INSERT OR IGNORE INTO trials (trial_id, run_id, model, problem, dsl, arm, replicate, source_dsl, "
+                "skill_problem, spec, status, attempts) VALUES (?,?,?,?,?,?,?,?,?,?, 'pending', 0)",
+                [(s.trial_id, s.run_id, s.model, s.problem, s.dsl, s.arm, s.replicate, s.source_dsl,
+                  s.skill_problem, json.dumps(asdict(s))) for s in specs])
+
+    def start_trial(self, trial_id: str, sampling: dict) -> bool:
+        """Claim a trial for running. False when it already finished or was skipped. An interrupted trial (killed
+        while running) loses its partial transcript and submissions and starts over."""
+        with self._transaction():
+            (status,) = self.db.execute("SELECT status FROM trials WHERE trial_id=?", (trial_id,)).fetchone()
+            if status in ("finished", "skipped"):
+                return False
+            self.db.execute("DELETE FROM submissions WHERE trial_id=?", (trial_id,))
+            self.db.execute("DELETE FROM messages WHERE trial_id=?", (trial_id,))
+            self.db.execute("UPDATE trials SET status='running', attempts=attempts+1, started=?, sampling=? "
+                            "WHERE trial_id=?", (time.time(), json.dumps(sampling), trial_id))
+        return True
+
+    def add_message(self, trial_id: str, idx: int, role: str, content: str, usage: dict | None = None) -> None:
+        with self._transaction():
+            self.db.execute("INSERT INTO messages VALUES (?,?,?,?,?,?)",
+                            (trial_id, idx, role, content, json.dumps(usage) if usage else None, time.time()))
+
+    def add_submission(self, trial_id: str, idx: int, code: str, verdict: dict) -> None:
+        with self._transaction():
+            self.db.execute("INSERT INTO submissions VALUES (?,?,?,?,?)",
+                            (trial_id, idx, code, json.dumps(verdict), time.time()))
+
+    def finish_trial(self, trial_id: str, result: dict, skill: str | None, skill_audit: dict | None,
+                     usage: dict) -> None:
+        with self._transaction():
+            self.db.execute("UPDATE trials SET status='finished', finished=?, result=?, skill=?, skill_audit=?, "
+                            "usage=? WHERE trial_id=?", (time.time(), json.dumps(result), skill,
+                                                         json.dumps(skill_audit), json.dumps(usage), trial_id))
+
+    def skip_trial(self, trial_id: str, reason: str) -> None:
+        with self._transaction():
+            self.db.execute("UPDATE trials SET status='skipped', finished=?, result=? WHERE trial_id=?",
+                            (time.time(), json.dumps({"skipped": reason}), trial_id))
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def trials(self, run_id: str | None = None) -> list[TrialRow]:
+        query = ("SELECT trial_id, run_id, model, problem, dsl, arm, replicate, source_dsl, skill_problem, status, "
+                 "attempts, result, skill, skill_audit, usage FROM trials")
+        rows = self.db.execute(query + (" WHERE run_id=?" if run_id else "") + " ORDER BY rowid",
+                               (run_id,) if run_id else ()).fetchall()
+        load = lambda v: json.loads(v) if v else None  # noqa: E731
+        return [TrialRow(*r[:11], load(r[11]), r[12], load(r[13]), load(r[14])) for r in rows]
+
+    def trial(self, trial_id: str) -> TrialRow:
+        rows = [t for t in self.trials() if t.trial_id == trial_id]
+        if not rows:
+            raise StoreError(f"no trial '{trial_id}' in {self.path}: see `mkb status --db {self.path}`")
+        return rows[0]
+
+    def find_solo(self, run_id: str, model: str, problem: str, dsl: str, replicate: int) -> TrialRow | None:
+        for t in self.trials(run_id):
+            if (t.model, t.problem, t.dsl, t.arm, t.replicate) == (model, problem, dsl, "solo", replicate):
+                return t
+        return None
+
+    def transcript(self, trial_id: str) -> list[tuple[str, str]]:
+        return self.db.execute("SELECT role, content FROM messages WHERE trial_id=? ORDER BY idx",
+                               (trial_id,)).fetchall()
+
+    def submissions(self, trial_id: str) -> list[tuple[int, str, dict]]:
+        rows = self.db.execute("SELECT idx, code, verdict FROM submissions WHERE trial_id=? ORDER BY idx",
+                               (trial_id,)).fetchall()
+        return [(i, c, json.loads(v)) for i, c, v in rows]
+
+    def runs(self) -> list[tuple[str, dict]]:
+        return [(r, json.loads(c)) for r, c in self.db.execute("SELECT run_id, config FROM runs ORDER BY created")]
