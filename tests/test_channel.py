@@ -1,4 +1,4 @@
-"""Tensors cross the parent/child channel bit-exactly, without pickle, for every dtype the suite uses."""
+"""Messages are framed JSON (never pickle); output tensors cross bit-exactly through a file the parent sizes."""
 import socket
 
 import pytest
@@ -6,28 +6,47 @@ import torch
 
 from metakernelbench.grader import channel
 
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.int32, torch.int64, torch.bool,
+          torch.uint8]
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.int32,
-                                   torch.int64, torch.bool, torch.uint8])
-def test_roundtrip_bit_exact(dtype):
-    t = (torch.randn(3, 5, 7) * 10).to(dtype)
-    meta, blob = channel.tensor_to_wire(t.transpose(0, 2))
-    back = channel.tensor_from_wire(meta, blob)
-    assert back.dtype == dtype and back.shape == (7, 5, 3)
-    assert torch.equal(back.view(torch.uint8) if dtype != torch.bool else back,
-                       t.transpose(0, 2).contiguous().view(torch.uint8) if dtype != torch.bool else t.transpose(0, 2))
+
+def _sized(tmp_path, nbytes):
+    path = tmp_path / "outputs.bin"
+    with open(path, "wb") as f:
+        f.truncate(nbytes)
+    return str(path)
+
+
+def test_outputs_round_trip_bit_exact_through_the_file(tmp_path):
+    tensors = [(torch.randn(3, 5, 7) * 10).to(dtype).transpose(0, 2) for dtype in DTYPES] + [torch.empty(0, 4)]
+    path = _sized(tmp_path, sum(t.numel() * t.element_size() for t in tensors))
+    metas = channel.write_to_file(tensors, path)
+    back = channel.read_from_file(metas, path, "cpu")
+    for want, got in zip(tensors, back):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))
+
+
+def test_outputs_larger_than_the_file_are_refused(tmp_path):
+    path = _sized(tmp_path, 64)
+    with pytest.raises(ValueError, match="exceed"):
+        channel.write_to_file([torch.zeros(1024)], path)
+
+
+@pytest.mark.parametrize("meta", [{"dtype": "os.system", "shape": [1], "offset": 0, "nbytes": 4},
+                                  {"dtype": "float32", "shape": [100], "offset": 0, "nbytes": 400},
+                                  {"dtype": "float32", "shape": [2], "offset": -4, "nbytes": 8},
+                                  {"dtype": "float32", "shape": [3], "offset": 0, "nbytes": 8}])
+def test_forged_output_records_are_refused(tmp_path, meta):
+    path = _sized(tmp_path, 64)
+    with pytest.raises(ValueError):
+        channel.read_from_file([meta], path, "cpu")
 
 
 def test_framed_messages_and_closed_peer():
     a, b = socket.socketpair()
-    channel.send(a, {"op": "x", "n": 3}, [b"abc", b""])
-    header, blobs = channel.recv(b)
-    assert header == {"op": "x", "n": 3} and blobs == [b"abc", b""]
+    channel.send(a, {"op": "x", "n": 3})
+    assert channel.recv(b) == {"op": "x", "n": 3}
     a.close()
     with pytest.raises(channel.ChannelClosed):
         channel.recv(b)
-
-
-def test_unknown_dtype_is_refused():
-    with pytest.raises(ValueError):
-        channel.tensor_from_wire({"dtype": "os.system", "shape": [1]}, b"\0\0\0\0")

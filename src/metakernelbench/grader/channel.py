@@ -1,11 +1,13 @@
-"""Framed messages between the trusted parent and the untrusted child: JSON headers and raw tensor bytes, never pickle.
+"""Messages between the trusted parent and the untrusted child: length-framed JSON, never pickle; output tensors
+travel as raw bytes through a file the parent sizes and maps.
 
 The parent must never unpickle what the child sends (that would run the child's code in the parent), so tensors
-travel as dtype/shape headers plus their bytes, and the parent rebuilds them with numpy and torch alone.
+cross as dtype/shape/offset records plus bytes, and the parent rebuilds them with numpy and torch alone.
 """
 from __future__ import annotations
 
 import json
+import math
 import socket
 import struct
 
@@ -22,10 +24,6 @@ class ChannelClosed(Exception):
     """The other side went away (exited, crashed or was killed)."""
 
 
-class Oversized(ChannelClosed):
-    """The other side announced more data than the receiver accepts (a flood); nothing of it was read."""
-
-
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     """Read exactly n bytes straight into one buffer (outputs can be hundreds of MB: no intermediate copies)."""
     buffer = bytearray(n)
@@ -38,44 +36,56 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buffer
 
 
-def send(sock: socket.socket, header: dict, blobs: list | None = None) -> None:
-    blobs = blobs or []
-    header = {**header, "blob_sizes": [len(b) for b in blobs]}
+def send(sock: socket.socket, header: dict) -> None:
     raw = json.dumps(header).encode()
     sock.sendall(_LEN.pack(len(raw)) + raw)
-    for blob in blobs:
-        sock.sendall(blob)
 
 
-def recv(sock: socket.socket, max_blob_bytes: int = 1 << 20) -> tuple[dict, list[bytearray]]:
+def recv(sock: socket.socket) -> dict:
     (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
     if size > MAX_HEADER:
-        raise ChannelClosed(f"header of {size} bytes exceeds the limit: channel corrupted")
+        raise ChannelClosed(f"message of {size} bytes exceeds the limit: channel corrupted")
     header = json.loads(_recv_exact(sock, size))
     if not isinstance(header, dict):
-        raise ChannelClosed("header is not an object: channel corrupted")
-    sizes = header.pop("blob_sizes", [])
-    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
-        raise ChannelClosed("blob sizes invalid: channel corrupted")
-    if sum(sizes) > max_blob_bytes:
-        raise Oversized(f"the submission sent {sum(sizes)} bytes of outputs where at most {max_blob_bytes} fit "
-                        "the expected outputs")
-    return header, [_recv_exact(sock, int(s)) for s in sizes]
+        raise ChannelClosed("message is not an object: channel corrupted")
+    return header
 
 
-def tensor_to_wire(t: torch.Tensor) -> tuple[dict, memoryview]:
-    flat = t.detach().contiguous().view(-1)
-    carrier = _CARRIER[t.element_size()]
-    data = memoryview(np.ascontiguousarray(flat.view(carrier).cpu().numpy())).cast("B")
-    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}, data
+def write_to_file(tensors: list[torch.Tensor], path: str) -> list[dict]:
+    """Copy tensors' bytes straight into a file the parent sized and maps (one device-to-host copy, no socket copies:
+    outputs of hundreds of MB cross in tens of ms). Raises when they do not fit the parent's size."""
+    array = np.memmap(path, dtype=np.uint8, mode="r+")
+    metas, offset = [], 0
+    for t in tensors:
+        flat = t.detach().contiguous().view(-1)
+        nbytes = flat.numel() * flat.element_size()
+        if offset + nbytes > array.size:
+            raise ValueError(f"outputs exceed the {array.size} bytes the expected outputs need")
+        if nbytes:
+            target = torch.from_numpy(array[offset:offset + nbytes]).view(_CARRIER[flat.element_size()])
+            target.copy_(flat.view(_CARRIER[flat.element_size()]))
+        metas.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "offset": offset,
+                      "nbytes": nbytes})
+        offset += nbytes
+    array.flush()
+    return metas
 
 
-def tensor_from_wire(meta: dict, data: bytearray) -> torch.Tensor:
-    dtype = getattr(torch, str(meta["dtype"]), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {meta['dtype']!r}")
-    shape = [int(s) for s in meta["shape"]]
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    carrier = _CARRIER[torch.empty((), dtype=dtype).element_size()]
-    return torch.frombuffer(data, dtype=carrier).view(dtype).reshape(shape)
+def read_from_file(metas: list[dict], path: str, device: str) -> list[torch.Tensor]:
+    """Rebuild tensors from the file the child filled, validating every offset and size against the file."""
+    array = np.memmap(path, dtype=np.uint8, mode="r")
+    tensors = []
+    for meta in metas:
+        dtype = getattr(torch, str(meta["dtype"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown dtype {meta['dtype']!r}")
+        shape = [int(s) for s in meta["shape"]]
+        offset, nbytes = int(meta["offset"]), int(meta["nbytes"])
+        element = torch.empty((), dtype=dtype).element_size()
+        if offset < 0 or offset + nbytes > array.size or nbytes != element * math.prod(shape):
+            raise ValueError("output metadata does not match the bytes written")
+        raw = torch.from_numpy(np.array(array[offset:offset + nbytes]) if torch.device(device).type == "cpu"
+                               else array[offset:offset + nbytes])
+        carrier = raw.view(_CARRIER[element]) if nbytes else torch.empty(0, dtype=_CARRIER[element])
+        tensors.append(carrier.to(device).view(dtype).reshape(shape))
+    return tensors

@@ -32,7 +32,7 @@ def _watched(device_type: str) -> list[tuple[object, str]]:
                (torch.Tensor, "contiguous"), (torch.Tensor, "view"), (torch.Tensor, "numpy"), (torch.Tensor, "zero_"),
                (torch.Tensor, "fill_"), (socket.socket, "sendall"), (socket.socket, "recv"), (json, "dumps"),
                (json, "loads"), (threading, "active_count"), (builtins, "isinstance"), (builtins, "type")]
-    watched += [(channel, name) for name in ("send", "recv", "tensor_to_wire")]
+    watched += [(channel, name) for name in ("send", "recv", "write_to_file")]
     if device_type == "cuda":
         watched += [(torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
                     (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize")]
@@ -225,23 +225,20 @@ class Runner:
             return sum(begin.elapsed_time(end) for begin, end in self.gate.readings)
         return sum(end - begin for begin, end in self.gate.readings) * 1e3
 
-    def report_outputs(self) -> tuple[dict, list[bytes]]:
+    def report_outputs(self, path: str) -> dict:
         if self.last is None:
-            return {"error": "no outputs to send"}, []
+            return {"error": "no outputs to send"}
         inputs, pristine, outputs = self.last["inputs"], self.last["pristine"], self.last["outputs"]
         self.last = None
         single = not isinstance(outputs, (tuple, list))
         items = [outputs] if single else list(outputs)
-        metas, blobs, problems = [], [], []
-        for i, out in enumerate(items):
-            if type(out) is not torch.Tensor:
-                problems.append(f"output {i} is {type(out).__module__}.{type(out).__qualname__}, not torch.Tensor")
-                metas.append(None)
-                continue
-            meta, blob = channel.tensor_to_wire(out)
+        problems = [f"output {i} is {type(out).__module__}.{type(out).__qualname__}, not torch.Tensor"
+                    for i, out in enumerate(items) if type(out) is not torch.Tensor]
+        if problems:
+            return {"integrity_problems": problems}
+        metas = channel.write_to_file(items, path)
+        for meta, out in zip(metas, items):
             meta["device"] = str(out.device)
-            metas.append(meta)
-            blobs.append(blob)
         inplace = {int(v): k for k, v in self.problem.inplace.items()}
         unchanged = []
         for i, (now, before) in enumerate(zip(inputs, pristine)):
@@ -254,7 +251,7 @@ class Runner:
             pos = self.problem.outputs.index(name) if name in self.problem.outputs else None
             if pos is None or pos >= len(items) or items[pos] is not inputs[index]:
                 problems.append(f"output '{name}' must be input {index} itself, modified in place")
-        return {"single": single, "outputs": metas, "integrity_problems": problems}, blobs
+        return {"single": single, "outputs": metas, "integrity_problems": problems}
 
     def fingerprint(self) -> dict[str, int]:
         """Identities of the watched objects, looked up afresh; the parent holds the copy taken before the import."""
@@ -287,14 +284,13 @@ def serve(sock: socket.socket, job: dict) -> None:
     channel.send(sock, {"op": "ready", "nonce": job["nonce"], "python_threads": threading.active_count(),
                         "isolation": job.get("isolation", {}), **info})
     while True:
-        msg, _ = channel.recv(sock)
+        msg = channel.recv(sock)
         op, nonce = msg.get("op"), msg.get("nonce")
         try:
             if op == "call":
                 channel.send(sock, {"nonce": nonce, **runner.call(msg)})
             elif op == "send":
-                header, blobs = runner.report_outputs()
-                channel.send(sock, {"nonce": nonce, **header}, blobs)
+                channel.send(sock, {"nonce": nonce, **runner.report_outputs(msg["path"])})
             elif op == "drop":
                 runner.last = None
                 channel.send(sock, {"nonce": nonce})

@@ -101,8 +101,7 @@ class _Session:
         self.handle = server.spawn(self.job)
         self.exit_code: int | None = None
 
-    def request(self, msg: dict, timeout_s: float, expect_nonce: str | None = None,
-                max_bytes: int = 1 << 20) -> tuple[dict, list]:
+    def request(self, msg: dict, timeout_s: float, expect_nonce: str | None = None) -> dict:
         nonce = expect_nonce or secrets.token_hex(16)
         if expect_nonce is None:
             channel.send(self.handle.sock, {**msg, "nonce": nonce})
@@ -111,16 +110,14 @@ class _Session:
             raise _Failure("timeout", "the submission exceeded the total grading time limit")
         self.handle.sock.settimeout(budget)
         try:
-            header, blobs = channel.recv(self.handle.sock, max_blob_bytes=max_bytes)
+            header = channel.recv(self.handle.sock)
         except socket.timeout:
             raise _Failure("timeout", f"no answer within {budget:.0f} s (hang or endless loop); process killed")
-        except channel.Oversized as exc:
-            raise _Failure("integrity", str(exc))
         except (channel.ChannelClosed, ConnectionError, ValueError) as exc:
             raise _Failure("crash", f"the submission's process died or closed the channel ({exc})")
         if header.get("nonce") != nonce:
             raise _Failure("integrity", "a reply did not carry its request's nonce: the result channel was forged")
-        return header, blobs
+        return header
 
     def close(self) -> tuple[str, str]:
         self.exit_code = self.server.reap(self.handle)
@@ -180,21 +177,30 @@ class Grader:
         return lp, wide
 
     def _fetch_outputs(self, session: _Session, max_bytes: int) -> tuple:
-        header, blobs = session.request({"op": "send"}, self.config.call_timeout_s, max_bytes=max_bytes)
-        if header.get("error"):
-            raise _Failure("runtime_error", header["error"].strip().splitlines()[-1])
-        if header.get("integrity_problems"):
-            raise _Failure("integrity", "; ".join(header["integrity_problems"]))
-        metas, outputs, blob_iter = header["outputs"], [], iter(blobs)
-        for meta in metas:
-            tensor = channel.tensor_from_wire(meta, next(blob_iter))
-            if torch.device(meta["device"]).type != self.device_type:
-                raise _Failure("correctness", f"an output is on {meta['device']}, inputs were on {self.device}")
-            outputs.append(tensor.to(self.device))
-        return tuple(outputs)
+        """The child copies its outputs into a file sized to the expected outputs; a flood cannot grow it."""
+        path = session.workdir / "outputs.bin"
+        with open(path, "wb") as f:
+            f.truncate(max_bytes)
+        try:
+            header = session.request({"op": "send", "path": str(path)}, self.config.call_timeout_s)
+            if header.get("error"):
+                message = header["error"].strip().splitlines()[-1]
+                check = "integrity" if "exceed" in message else "runtime_error"
+                raise _Failure(check, message)
+            if header.get("integrity_problems"):
+                raise _Failure("integrity", "; ".join(header["integrity_problems"]))
+            for meta in header["outputs"]:
+                if torch.device(meta["device"]).type != self.device_type:
+                    raise _Failure("correctness", f"an output is on {meta['device']}, inputs were on {self.device}")
+            try:
+                return tuple(channel.read_from_file(header["outputs"], str(path), self.device))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise _Failure("integrity", f"malformed output report: {exc}")
+        finally:
+            path.unlink(missing_ok=True)
 
     def _call(self, session: _Session, seed: int, size: str, timeout_s: float, ghost: bool = False) -> dict:
-        reply, _ = session.request({"op": "call", "seed": seed, "size": size, "ghost": ghost}, timeout_s)
+        reply = session.request({"op": "call", "seed": seed, "size": size, "ghost": ghost}, timeout_s)
         if reply.get("error"):
             last = reply["error"].strip().splitlines()[-1] if reply["error"].strip() else "error"
             raise _Failure("runtime_error", f"solve raised: {last}")
@@ -277,10 +283,10 @@ class Grader:
     def _run_candidate(self, problem: Problem, session: _Session, state: dict) -> dict:
         cfg = self.config
         t0 = time.monotonic()
-        ready, _ = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
+        ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
         armed = ready.get("fingerprint", {}) if ready.get("op") == "armed" else None
         if armed is not None:
-            ready, _ = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
+            ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
         state["timings"]["import"] = time.monotonic() - t0
         if ready.get("error"):
             raise _Failure("import", "importing the submission failed: " + ready["error"].strip().splitlines()[-1])
@@ -350,7 +356,7 @@ class Grader:
         state["runtime"] = _summary(times)
         state["runtime"]["host_median_ms"] = statistics.median(host_times)
         self._check_dsl_share(session, timed_size, state)
-        final, _ = session.request({"op": "finish"}, cfg.call_timeout_s)
+        final = session.request({"op": "finish"}, cfg.call_timeout_s)
         final["tampered"] += sorted(k for k, v in (armed or {}).items() if final.get("fingerprint", {}).get(k) != v)
         state["checks"]["unpatched"] = {"passed": not final["tampered"], "detail": final["tampered"]}
         if final["tampered"]:
@@ -379,7 +385,7 @@ class Grader:
         real share of the call. Catches a token DSL kernel (a flag) gating work done in eager PyTorch (threat 1)."""
         shares = []
         for _ in range(self.config.share_calls):
-            reply, _ = session.request({"op": "call", "seed": secrets.randbits(62), "size": size,
+            reply = session.request({"op": "call", "seed": secrets.randbits(62), "size": size,
                                         "measure_dsl": True}, self.config.call_timeout_s)
             if reply.get("error"):
                 raise _Failure("runtime_error", "solve raised: " + reply["error"].strip().splitlines()[-1])
@@ -464,7 +470,7 @@ class Grader:
                 "candidate_path": None, "memory_limit_bytes": cfg.memory_limit_bytes,
             }, time.monotonic() + cfg.total_timeout_s)
             try:
-                ready, _ = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
+                ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
                 if ready.get("error"):
                     raise _Failure("import", ready["error"].strip().splitlines()[-1])
                 times = []

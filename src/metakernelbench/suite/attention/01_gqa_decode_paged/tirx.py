@@ -202,7 +202,64 @@ def _device_arch(index):
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+@functools.cache
+def _cpu_compiled(hq, hkv, d, dtype):
+    """Host (llvm) kernel: one parallel iteration per (sequence, query head), fp32 online softmax over the
+    sequence's first seq_lens[b] pages; padding entries of block_table are never read."""
+    group = hq // hkv
+    qscale = 1.0 / math.sqrt(d)
+    batch = T.dynamic("batch")
+    pages = T.dynamic("pages")
+    ctx = T.dynamic("ctx")
+
+    @T.function
+    def gqa_decode_cpu(q: T.Tensor((batch, hq, d), dtype), k_cache: T.Tensor((pages, hkv, d), dtype),
+                       v_cache: T.Tensor((pages, hkv, d), dtype), block_table: T.Tensor((batch, ctx), "int32"),
+                       seq_lens: T.Tensor((batch,), "int32"), o: T.Tensor((batch, hq, d), dtype)):
+        for bq in T.parallel(batch * hq):
+            b = bq // hq
+            qh = bq % hq
+            h = qh // group
+            qf = T.alloc_local((d,), "float32")
+            acc = T.alloc_local((d,), "float32")
+            # st: running max, running sum, score, new max, rescale factor, p
+            st = T.alloc_local((6,), "float32")
+            for e in range(d):
+                qf[e] = T.float32(q[b, qh, e]) * T.float32(qscale)
+                acc[e] = T.float32(0)
+            st[0] = T.float32(-math.inf)
+            st[1] = T.float32(0)
+            for t in T.serial(seq_lens[b]):
+                pg = T.Cast("int64", block_table[b, t])
+                st[2] = T.float32(0)
+                for e in range(d):
+                    st[2] = st[2] + qf[e] * T.float32(k_cache[pg, h, e])
+                st[3] = T.max(st[0], st[2])
+                st[4] = T.exp(st[0] - st[3])
+                st[5] = T.exp(st[2] - st[3])
+                st[1] = st[1] * st[4] + st[5]
+                for e in range(d):
+                    acc[e] = acc[e] * st[4] + st[5] * T.float32(v_cache[pg, h, e])
+                st[0] = st[3]
+            for e in range(d):
+                o[b, qh, e] = T.cast(acc[e] / st[1], dtype)
+
+    return tvm_tirx.tirx.compile(gqa_decode_cpu, target="llvm")
+
+
+def _solve_cpu(q, k_cache, v_cache, block_table, seq_lens):
+    batch, hq, d = q.shape
+    hkv = k_cache.shape[1]
+    o = torch.empty((batch, hq, d), dtype=q.dtype, device=q.device)
+    _cpu_compiled(hq, hkv, d, _DTYPES[q.dtype])(q.contiguous(), k_cache.contiguous(), v_cache.contiguous(),
+                                                block_table.to(torch.int32).contiguous(),
+                                                seq_lens.to(torch.int32).contiguous(), o)
+    return o
+
+
 def solve(q, k_cache, v_cache, block_table, seq_lens):
+    if not q.is_cuda:
+        return _solve_cpu(q, k_cache, v_cache, block_table, seq_lens)
     batch, hq, d = q.shape
     hkv, ctx = k_cache.shape[1], block_table.shape[1]
     chunk, nsplit = _split(batch, hkv, ctx, d)

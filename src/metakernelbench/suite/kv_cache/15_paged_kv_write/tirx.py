@@ -60,7 +60,48 @@ def _device_arch(index):
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+# Host path: rows move as same-width integers, so every bit pattern (NaN payloads included) copies exactly.
+_CPU_BITS = {1: (torch.uint8, "uint8"), 2: (torch.int16, "int16"), 4: (torch.int32, "int32"), 8: (torch.int64, "int64")}
+
+
+@functools.cache
+def _cpu_compiled(row, bits_dtype, slot_dtype):
+    """Host (llvm) kernel: one parallel iteration per token copies its key/value rows to cache row slot_mapping[t]."""
+    n = T.dynamic("n")
+    slots = T.dynamic("slots")
+
+    @T.function
+    def paged_kv_write_cpu(key: T.Tensor((n, row), bits_dtype), value: T.Tensor((n, row), bits_dtype),
+                           key_cache: T.Tensor((slots, row), bits_dtype),
+                           value_cache: T.Tensor((slots, row), bits_dtype),
+                           slot_mapping: T.Tensor((n,), slot_dtype)):
+        for t in T.parallel(n):
+            s = T.Cast("int64", slot_mapping[t])
+            if s >= T.int64(0):
+                for c in range(row):
+                    key_cache[s, c] = key[t, c]
+                    value_cache[s, c] = value[t, c]
+
+    return tvm_tirx.tirx.compile(paged_kv_write_cpu, target="llvm")
+
+
+def _solve_cpu(key, value, key_cache, value_cache, slot_mapping):
+    tokens = key.shape[0]
+    row = key.shape[1] * key.shape[2]
+    if not (key_cache.is_contiguous() and value_cache.is_contiguous()):
+        raise ValueError("paged_kv_write: caches must be contiguous to be updated in place")
+    key, value = key.reshape(tokens, row).contiguous(), value.reshape(tokens, row).contiguous()
+    bits, bits_name = _CPU_BITS[key.element_size()]
+    if tokens:
+        _cpu_compiled(row, bits_name, _DTYPES[slot_mapping.dtype])(
+            key.view(bits), value.view(bits), key_cache.view(-1, row).view(bits),
+            value_cache.view(-1, row).view(bits), slot_mapping.contiguous())
+    return key_cache, value_cache
+
+
 def solve(key, value, key_cache, value_cache, slot_mapping):
+    if not key.is_cuda:
+        return _solve_cpu(key, value, key_cache, value_cache, slot_mapping)
     tokens = key.shape[0]
     row = key.shape[1] * key.shape[2]
     if not (key_cache.is_contiguous() and value_cache.is_contiguous()):

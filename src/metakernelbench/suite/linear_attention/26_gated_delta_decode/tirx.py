@@ -130,7 +130,67 @@ def _device_arch(index):
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+@functools.cache
+def _cpu_compiled(hk, hv, dk, dv, in_dtype, gb_dtype):
+    """Host (llvm) kernel: one parallel iteration per (sequence, v head), the same algebra as the CUDA kernel."""
+    batch = T.dynamic("batch")
+    group = hv // hk
+    scale = dk ** -0.5
+
+    @T.function
+    def gated_delta_decode_cpu(q: T.Tensor((batch, hk, dk), in_dtype), k: T.Tensor((batch, hk, dk), in_dtype),
+                               v: T.Tensor((batch, hv, dv), in_dtype), g: T.Tensor((batch, hv), gb_dtype),
+                               beta: T.Tensor((batch, hv), gb_dtype),
+                               state: T.Tensor((batch, hv, dk, dv), "float32"),
+                               o: T.Tensor((batch, hv, dv), in_dtype),
+                               new_state: T.Tensor((batch, hv, dk, dv), "float32")):
+        for bh in T.parallel(batch * hv):
+            b = bh // hv
+            h = bh % hv
+            hq = h // group
+            # red: q·q, k·k, q·k, Sᵀk, Sᵀq (raw q and k); sc: 1/|q|, 1/|k|, decay, beta, q̂·k̂, u
+            red = T.alloc_local((5,), "float32")
+            sc = T.alloc_local((6,), "float32")
+            for j in range(3):
+                red[j] = T.float32(0)
+            for i in range(dk):
+                red[0] = red[0] + T.float32(q[b, hq, i]) * T.float32(q[b, hq, i])
+                red[1] = red[1] + T.float32(k[b, hq, i]) * T.float32(k[b, hq, i])
+                red[2] = red[2] + T.float32(q[b, hq, i]) * T.float32(k[b, hq, i])
+            sc[0] = T.rsqrt(red[0] + T.float32(_EPS))
+            sc[1] = T.rsqrt(red[1] + T.float32(_EPS))
+            sc[2] = T.exp(T.float32(g[b, h]))
+            sc[3] = T.float32(beta[b, h])
+            sc[4] = red[2] * sc[0] * sc[1]
+            for j in range(dv):
+                red[3] = T.float32(0)
+                red[4] = T.float32(0)
+                for i in range(dk):
+                    red[3] = red[3] + state[b, h, i, j] * T.float32(k[b, hq, i])
+                    red[4] = red[4] + state[b, h, i, j] * T.float32(q[b, hq, i])
+                # u = beta (v - (decay S)ᵀ k̂);  o = scale ((decay S)ᵀ q̂ + (q̂·k̂) u)
+                sc[5] = sc[3] * (T.float32(v[b, h, j]) - sc[2] * sc[1] * red[3])
+                o[b, h, j] = T.cast(T.float32(scale) * (sc[2] * sc[0] * red[4] + sc[4] * sc[5]), in_dtype)
+                for i in range(dk):
+                    new_state[b, h, i, j] = sc[2] * state[b, h, i, j] + T.float32(k[b, hq, i]) * sc[1] * sc[5]
+
+    return tvm_tirx.tirx.compile(gated_delta_decode_cpu, target="llvm")
+
+
+def _solve_cpu(q, k, v, g, beta, state):
+    batch, hk, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    state = state.contiguous()
+    o = torch.empty((batch, hv, dv), dtype=v.dtype, device=v.device)
+    new_state = torch.empty_like(state)
+    ex = _cpu_compiled(hk, hv, dk, dv, _DTYPES[q.dtype], _DTYPES[g.dtype])
+    ex(q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), state, o, new_state)
+    return o, new_state
+
+
 def solve(q, k, v, g, beta, state):
+    if not q.is_cuda:
+        return _solve_cpu(q, k, v, g, beta, state)
     batch, hk, dk = q.shape
     hv, dv = v.shape[1], v.shape[2]
     state = state.contiguous()

@@ -88,7 +88,52 @@ def _arch(device):
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+@functools.cache
+def _cpu_compiled(hidden):
+    """Host (llvm) kernel: one parallel iteration per row. Local bf16 is not rounded on llvm (BF16ComputeLegalize),
+    so the norm reads the rounded sum back from the stored residual_out."""
+    inv_hidden = 1.0 / hidden
+    eps = float(torch.tensor(EPS, dtype=torch.float32))
+    m = T.dynamic("m")
+
+    @T.function
+    def fused_add_rmsnorm_cpu(
+        X: T.Tensor((m, hidden), T.bfloat16),
+        R: T.Tensor((m, hidden), T.bfloat16),
+        W: T.Tensor((hidden,), T.bfloat16),
+        O: T.Tensor((m, hidden), T.bfloat16),
+        RO: T.Tensor((m, hidden), T.bfloat16),
+    ):
+        for row in T.parallel(m):
+            st = T.alloc_local((2,), T.float32)
+            st[0] = T.float32(0)
+            for j in range(hidden):
+                RO[row, j] = T.bfloat16(T.float32(X[row, j]) + T.float32(R[row, j]))
+            for j in range(hidden):
+                st[0] = st[0] + T.float32(RO[row, j]) * T.float32(RO[row, j])
+            st[1] = T.rsqrt(st[0] * T.float32(inv_hidden) + T.float32(eps))
+            for j in range(hidden):
+                O[row, j] = T.bfloat16(T.float32(RO[row, j]) * st[1] * T.float32(W[j]))
+
+    return tvm_tirx.tirx.compile(fused_add_rmsnorm_cpu, target="llvm")
+
+
+def _solve_cpu(x, residual, weight):
+    if x.dtype != torch.bfloat16 or residual.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        raise TypeError("fused_add_rmsnorm tirx kernel takes bf16 x, residual and weight")
+    hidden = x.shape[-1]
+    x2 = x.reshape(-1, hidden).contiguous()
+    r2 = residual.reshape(-1, hidden).contiguous()
+    out = torch.empty_like(x2)
+    residual_out = torch.empty_like(x2)
+    if x2.shape[0] > 0:
+        _cpu_compiled(hidden)(x2, r2, weight.contiguous(), out, residual_out)
+    return out.view(x.shape), residual_out.view(x.shape)
+
+
 def solve(x, residual, weight):
+    if not x.is_cuda:
+        return _solve_cpu(x, residual, weight)
     if x.dtype != torch.bfloat16 or residual.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
         raise TypeError("fused_add_rmsnorm tirx kernel takes bf16 x, residual and weight")
     hidden = x.shape[-1]

@@ -147,7 +147,66 @@ def _arch(device):
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+@functools.cache
+def _cpu_compiled(experts, top_k):
+    """Host (llvm) kernel: one parallel iteration per token; round r takes the largest logit that comes after the
+    previous winner in the order (descending value, then ascending index), so ties go to the lower index."""
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"top_k={top_k} must be in [1, experts={experts}]")
+    n = T.dynamic("n")
+
+    @T.function
+    def softmax_topk_cpu(
+        L: T.Tensor((n, experts), T.float32),
+        WT: T.Tensor((n, top_k), T.float32),
+        ID: T.Tensor((n, top_k), T.int32),
+    ):
+        for tok in T.parallel(n):
+            # st: best value, previous winner's value, running sum; ix: best id, previous winner's id
+            st = T.alloc_local((3,), T.float32)
+            ix = T.alloc_local((2,), T.int32)
+            ix[1] = -1
+            st[1] = T.float32(0)
+            for r in range(top_k):
+                ix[0] = -1
+                st[0] = T.float32(0)
+                for e in range(experts):
+                    x = L[tok, e]
+                    after = (ix[1] < 0) | (x < st[1]) | ((x == st[1]) & (e > ix[1]))
+                    if after & ((ix[0] < 0) | (x > st[0])):
+                        st[0] = x
+                        ix[0] = e
+                WT[tok, r] = st[0]
+                ID[tok, r] = ix[0]
+                st[1] = st[0]
+                ix[1] = ix[0]
+            st[1] = WT[tok, 0]
+            st[2] = T.float32(0)
+            for r in range(top_k):
+                WT[tok, r] = T.exp(WT[tok, r] - st[1])
+                st[2] = st[2] + WT[tok, r]
+            for r in range(top_k):
+                WT[tok, r] = WT[tok, r] / st[2]
+
+    return tvm_tirx.tirx.compile(softmax_topk_cpu, target="llvm")
+
+
+def _solve_cpu(logits, top_k):
+    if logits.dtype != torch.float32 or logits.dim() != 2:
+        raise TypeError("softmax_topk tirx kernel takes 2-D fp32 logits")
+    top_k = int(top_k)
+    tokens, experts = logits.shape
+    logits = logits.contiguous()
+    weights = torch.empty((tokens, top_k), dtype=torch.float32, device=logits.device)
+    ids = torch.empty((tokens, top_k), dtype=torch.int32, device=logits.device)
+    if tokens > 0:
+        _cpu_compiled(experts, top_k)(logits, weights, ids)
+    return weights, ids
+
+
 def solve(logits, top_k):
+    if not logits.is_cuda:
+        return _solve_cpu(logits, top_k)
     if logits.dtype != torch.float32 or logits.dim() != 2:
         raise TypeError("softmax_topk tirx kernel takes 2-D fp32 logits")
     top_k = int(top_k)

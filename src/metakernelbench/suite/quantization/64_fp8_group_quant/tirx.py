@@ -76,7 +76,70 @@ def _arch(device):
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+def _e4m3_bits(y):
+    """e4m3fn bit pattern of fp32 `y` (already clamped to +-448), rounded to nearest even: the llvm target's own
+    fp8 cast neither saturates nor rounds subnormals correctly."""
+    bits = T.reinterpret(y, ty="uint32")
+    ab = bits & T.uint32(0x7FFFFFFF)
+    # Subnormals (|y| < 2**-6): k * 2**-9 with k = round-half-even(|y| * 512); k = 8 is the smallest normal.
+    v = T.reinterpret(ab, ty="float32") * T.float32(512.0)
+    fl = T.floor(v)
+    fr = v - fl
+    ki = T.Cast("uint32", fl)
+    odd = (ki & T.uint32(1)) == T.uint32(1)
+    sub = ki + T.if_then_else((fr > T.float32(0.5)) | ((fr == T.float32(0.5)) & odd), T.uint32(1), T.uint32(0))
+    # Normals: round the fp32 mantissa to 3 bits (half to even), then rebias the exponent from 127 to 7.
+    normal = ((ab + T.uint32(0x7FFFF) + ((ab >> T.uint32(20)) & T.uint32(1))) >> T.uint32(20)) - T.uint32(120 << 3)
+    code = T.if_then_else(ab >= T.uint32(121 << 23), normal, sub)
+    return T.Cast("uint8", code | ((bits >> T.uint32(24)) & T.uint32(0x80)))
+
+
+@functools.cache
+def _cpu_compiled(hidden):
+    """Host (llvm) kernel: one parallel iteration per group; q is written as e4m3 bit patterns (uint8)."""
+    if hidden % GROUP:
+        raise ValueError(f"hidden={hidden} is not a multiple of the group size {GROUP}")
+    groups_per_row = hidden // GROUP
+    amin = float(torch.tensor(1e-10, dtype=torch.float32))
+    m = T.dynamic("m")
+
+    @T.function
+    def fp8_group_quant_cpu(
+        X: T.Tensor((m, hidden), T.bfloat16),
+        Q: T.Tensor((m, hidden), T.uint8),
+        S: T.Tensor((m, groups_per_row), T.float32),
+    ):
+        for gi in T.parallel(m * groups_per_row):
+            row = gi // groups_per_row
+            grp = gi % groups_per_row
+            st = T.alloc_local((2,), T.float32)
+            st[0] = T.float32(0)
+            for j in range(GROUP):
+                st[0] = T.max(st[0], T.abs(T.float32(X[row, grp * GROUP + j])))
+            st[1] = T.max(st[0], T.float32(amin)) / T.float32(FP8_MAX)
+            S[row, grp] = st[1]
+            for j in range(GROUP):
+                y = T.float32(X[row, grp * GROUP + j]) / st[1]
+                Q[row, grp * GROUP + j] = _e4m3_bits(T.min(T.max(y, T.float32(-FP8_MAX)), T.float32(FP8_MAX)))
+
+    return tvm_tirx.tirx.compile(fp8_group_quant_cpu, target="llvm")
+
+
+def _solve_cpu(x):
+    if x.dtype != torch.bfloat16 or x.dim() != 2:
+        raise TypeError("fp8_group_quant tirx kernel takes a 2-D bf16 tensor")
+    m, k = x.shape
+    x = x.contiguous()
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+    scales = torch.empty((m, k // GROUP), dtype=torch.float32, device=x.device)
+    if m > 0:
+        _cpu_compiled(k)(x, q.view(torch.uint8), scales)
+    return q, scales
+
+
 def solve(x):
+    if not x.is_cuda:
+        return _solve_cpu(x)
     if x.dtype != torch.bfloat16 or x.dim() != 2:
         raise TypeError("fp8_group_quant tirx kernel takes a 2-D bf16 tensor")
     m, k = x.shape
