@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -47,8 +48,12 @@ def _device(value: Optional[str]) -> str:
 
     if value is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if torch.device(value).type == "cuda" and not torch.cuda.is_available():
+    chosen = torch.device(value)
+    if chosen.type == "cuda" and not torch.cuda.is_available():
         _fail(f"device '{value}' requested but no CUDA GPU is visible; use --device cpu")
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        _fail(f"device '{value}' does not exist: {torch.cuda.device_count()} GPU(s) visible, cuda:0 to "
+              f"cuda:{torch.cuda.device_count() - 1}")
     return value
 
 
@@ -174,7 +179,9 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
         seed: int = typer.Option(0, help="Fixes placebo choices."),
         db: Path = typer.Option(Path("results/mkb.sqlite"), help="The results store (SQLite)."),
         run_id: str = typer.Option("main", help="Name of the run inside the store; rerun it to resume."),
-        device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
+        device: Optional[str] = typer.Option(
+            None, help="Grading devices, one lane each: cuda:0,cuda:1 or cpu (default: every visible GPU, else cpu)."),
+        concurrency: int = typer.Option(4, help="Trials in flight at once (they mostly wait on the model)."),
         dry_run: bool = typer.Option(False, help="Print the plan and exit."),
         suite: Optional[Path] = SuiteOption) -> None:
     """Plan and run trials: solo in every DSL, then skill and placebo arms; resumable (rerun the same command)."""
@@ -185,6 +192,8 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
     from metakernelbench.store import Store, StoreError
 
     chosen, dsl_list = _problems(suite, problems), _dsls(dsls)
+    if concurrency < 1:
+        _fail(f"--concurrency must be at least 1, not {concurrency}")
     budget = Budget(submissions, turns, output_tokens, wall_s)
     sampling = Sampling(temperature, max_output_tokens, reasoning_effort)
     try:
@@ -206,16 +215,19 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
             make_client(model, sampling, base_url=base_url)
         except ClientError as exc:
             _fail(str(exc))
-    from metakernelbench.grader import Grader, GraderConfig
+    from metakernelbench.execute import GradingLanes, local_devices
+    from metakernelbench.grader import GraderConfig
     from metakernelbench.grader.validation import environment
 
-    dev = _device(device)
+    devices = [_device(d.strip()) for d in device.split(",") if d.strip()] if device else local_devices()
+    if len(set(devices)) != len(devices):
+        _fail(f"--device {device} names a device twice: give each GPU one grading lane")
     config = {"model": model, "problems": [p.id for p in chosen], "dsls": dsl_list, "arms": arms,
               "replicates": replicates, "solo_control": solo_control, "budget": budget.__dict__,
               "sampling": sampling.__dict__, "seed": seed, "base_url": base_url}
     try:
         store = Store(db)
-        store.ensure_run(run_id, config, environment(dev))
+        store.ensure_run(run_id, config, {**environment(devices[0]), "grading_devices": devices})
     except StoreError as exc:
         _fail(str(exc))
 
@@ -224,15 +236,20 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
             return ReferenceClient(problem, spec.dsl, sampling)
         return make_client(model, sampling, base_url=base_url)
 
+    printing = threading.Lock()  # trials end on their own threads; one line at a time
+
     def report(spec, outcome):
         mark = outcome if isinstance(outcome, str) else ("pass" if outcome.passed else "fail")
-        console.print(f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: {mark}",
-                      highlight=False)
+        with printing:
+            console.print(f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: {mark}",
+                          highlight=False, markup=False)
 
     by_id = {p.id: p for p in chosen}
+    console.print(f"grading lanes: {', '.join(devices)}; up to {concurrency} trials in flight", highlight=False)
     try:
-        with Grader(GraderConfig(device=dev, preload_dsls=tuple(dsl_list))) as grader:
-            execute(store, specs, by_id, client_for, grader, sampling.__dict__, on_trial=report)
+        with GradingLanes(devices, GraderConfig(preload_dsls=tuple(dsl_list))) as lanes:
+            execute(store, specs, by_id, client_for, lanes, sampling.__dict__, on_trial=report,
+                    concurrency=concurrency)
     except ClientError as exc:
         _fail(f"{exc} (finished trials are kept; rerun the same command to resume)")
     finally:
@@ -290,6 +307,24 @@ def trial(trial_id: str, db: Path = typer.Option(Path("results/mkb.sqlite"))) ->
     console.rule("skill")
     print(row.skill or "(none)")
     console.print(f"result: {json.dumps(row.result)}", highlight=False)
+
+
+@app.command("export")
+def export_store(db: Path = typer.Option(Path("results/mkb.sqlite")),
+                 out: Path = typer.Option(Path("results/export"), help="Folder for the exported files."),
+                 fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet.")) -> None:
+    """Export trials, submissions and transcripts (with legend.json) for analysis elsewhere."""
+    from metakernelbench.store import Store, StoreError
+    from metakernelbench.store.export import export
+
+    if not db.is_file():
+        _fail(f"no store at {db}: pass --db")
+    try:
+        store = Store(db)
+        paths = export(store, out, fmt)
+    except (StoreError, ValueError) as exc:
+        _fail(str(exc))
+    console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
 
 
 @app.command()

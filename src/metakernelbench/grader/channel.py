@@ -73,7 +73,7 @@ def write_to_file(tensors: list[torch.Tensor], path: str) -> list[dict]:
 
 def read_from_file(metas: list[dict], path: str, device: str) -> list[torch.Tensor]:
     """Rebuild tensors from the file the child filled, validating every offset and size against the file."""
-    array = np.memmap(path, dtype=np.uint8, mode="r")
+    array = np.memmap(path, dtype=np.uint8, mode="c")  # copy-on-write: writable views, the file untouched
     tensors = []
     for meta in metas:
         dtype = getattr(torch, str(meta["dtype"]), None)

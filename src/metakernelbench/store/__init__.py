@@ -2,12 +2,14 @@
 
 Every state change of a trial is one transaction, so a process killed at any moment leaves each trial either
 finished (never redone), or unfinished (restarted from scratch on resume, its partial rows removed first).
+Trial threads share one store: a lock serialises every transaction and read on its one connection.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,7 +60,10 @@ class Store:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        # One connection for every thread; `_lock` keeps one thread at a time on it (sqlite3 objects are not
+        # safe for concurrent use, and a second BEGIN inside another thread's transaction would fail).
+        self._lock = threading.Lock()
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -77,16 +82,22 @@ class Store:
 
     @contextlib.contextmanager
     def _transaction(self):
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def _read(self, query: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self.db.execute(query, args).fetchall()
 
     def close(self) -> None:
-        self.db.close()
+        with self._lock:
+            self.db.close()
 
     # -- runs and trials --------------------------------------------------------------------------------------
     def ensure_run(self, run_id: str, config: dict, environment: dict) -> None:
@@ -147,8 +158,8 @@ class Store:
     def trials(self, run_id: str | None = None) -> list[TrialRow]:
         query = ("SELECT trial_id, run_id, model, problem, dsl, arm, replicate, source_dsl, skill_problem, status, "
                  "attempts, result, skill, skill_audit, usage FROM trials")
-        rows = self.db.execute(query + (" WHERE run_id=?" if run_id else "") + " ORDER BY rowid",
-                               (run_id,) if run_id else ()).fetchall()
+        rows = self._read(query + (" WHERE run_id=?" if run_id else "") + " ORDER BY rowid",
+                          (run_id,) if run_id else ())
         load = lambda v: json.loads(v) if v else None  # noqa: E731
         return [TrialRow(*r[:11], load(r[11]), r[12], load(r[13]), load(r[14])) for r in rows]
 
@@ -165,13 +176,11 @@ class Store:
         return None
 
     def transcript(self, trial_id: str) -> list[tuple[str, str]]:
-        return self.db.execute("SELECT role, content FROM messages WHERE trial_id=? ORDER BY idx",
-                               (trial_id,)).fetchall()
+        return self._read("SELECT role, content FROM messages WHERE trial_id=? ORDER BY idx", (trial_id,))
 
     def submissions(self, trial_id: str) -> list[tuple[int, str, dict]]:
-        rows = self.db.execute("SELECT idx, code, verdict FROM submissions WHERE trial_id=? ORDER BY idx",
-                               (trial_id,)).fetchall()
+        rows = self._read("SELECT idx, code, verdict FROM submissions WHERE trial_id=? ORDER BY idx", (trial_id,))
         return [(i, c, json.loads(v)) for i, c, v in rows]
 
     def runs(self) -> list[tuple[str, dict]]:
-        return [(r, json.loads(c)) for r, c in self.db.execute("SELECT run_id, config FROM runs ORDER BY created")]
+        return [(r, json.loads(c)) for r, c in self._read("SELECT run_id, config FROM runs ORDER BY created")]
