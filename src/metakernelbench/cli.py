@@ -1,7 +1,9 @@
 """The `mkb` command: list and show problems, grade a submission, audit the suite, validate reference solutions."""
 from __future__ import annotations
 
+import functools
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Optional
@@ -164,7 +166,8 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
 
 
 @app.command()
-def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, replay:DIR or reference (offline)."),
+def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, replay:DIR, reference (offline), or "
+                                              "command:CMD (an agent CLI run in a sandboxed workspace)."),
         problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: all)."),
         dsls: Optional[str] = typer.Option(None, help="Comma-separated DSLs (default: all)."),
         arms: str = typer.Option("solo,skill,placebo", help="Arms: solo, skill, placebo."),
@@ -176,6 +179,8 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
         wall_s: float = typer.Option(3600.0, help="Budget: wall seconds per trial."),
         temperature: Optional[float] = typer.Option(None), max_output_tokens: int = typer.Option(16384),
         reasoning_effort: Optional[str] = typer.Option(None), base_url: Optional[str] = typer.Option(None),
+        agent_env: str = typer.Option("", help="command:CMD only: comma-separated environment variables the agent "
+                                               "gets (its own API key); it sees no other secret."),
         seed: int = typer.Option(0, help="Fixes placebo choices."),
         db: Path = typer.Option(Path("results/mkb.sqlite"), help="The results store (SQLite)."),
         run_id: str = typer.Option("main", help="Name of the run inside the store; rerun it to resume."),
@@ -186,7 +191,9 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
         suite: Optional[Path] = SuiteOption) -> None:
     """Plan and run trials: solo in every DSL, then skill and placebo arms; resumable (rerun the same command)."""
     from metakernelbench.agent.clients import ClientError, Sampling, make_client
+    from metakernelbench.agent.command import run_command_trial
     from metakernelbench.agent.reference import ReferenceClient
+    from metakernelbench.agent.trial import run_trial as run_chat_trial
     from metakernelbench.protocol import Budget, PlanError, plan
     from metakernelbench.protocol.runner import execute
     from metakernelbench.store import Store, StoreError
@@ -210,7 +217,17 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
             table.add_row(s.trial_id, s.problem, s.dsl, s.arm, s.skill_problem or s.source_dsl or "", str(s.replicate))
         console.print(table)
         return
-    if model != "reference":
+    command = model.removeprefix("command:") if model.startswith("command:") else None
+    env_keys = tuple(k.strip() for k in agent_env.split(",") if k.strip())
+    if command is not None:
+        if not command.strip():
+            _fail("command: names no command: pass --model 'command:CMD' with the agent's command line")
+        for key in env_keys:
+            if key not in os.environ:
+                _fail(f"--agent-env names {key}, which is not set: export it or drop it from --agent-env")
+    elif env_keys:
+        _fail("--agent-env is for command:CMD agents only: drop it")
+    elif model != "reference":
         try:
             make_client(model, sampling, base_url=base_url)
         except ClientError as exc:
@@ -225,6 +242,8 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
     config = {"model": model, "problems": [p.id for p in chosen], "dsls": dsl_list, "arms": arms,
               "replicates": replicates, "solo_control": solo_control, "budget": budget.__dict__,
               "sampling": sampling.__dict__, "seed": seed, "base_url": base_url}
+    if command is not None:
+        config["agent_env"] = list(env_keys)
     try:
         store = Store(db)
         store.ensure_run(run_id, config, {**environment(devices[0]), "grading_devices": devices})
@@ -232,6 +251,8 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
         _fail(str(exc))
 
     def client_for(spec, problem):
+        if command is not None:
+            return command  # run_command_trial's "client" is the agent's command line
         if model == "reference":
             return ReferenceClient(problem, spec.dsl, sampling)
         return make_client(model, sampling, base_url=base_url)
@@ -245,11 +266,12 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
                           highlight=False, markup=False)
 
     by_id = {p.id: p for p in chosen}
+    run_trial = run_chat_trial if command is None else functools.partial(run_command_trial, env_keys=env_keys)
     console.print(f"grading lanes: {', '.join(devices)}; up to {concurrency} trials in flight", highlight=False)
     try:
         with GradingLanes(devices, GraderConfig(preload_dsls=tuple(dsl_list))) as lanes:
             execute(store, specs, by_id, client_for, lanes, sampling.__dict__, on_trial=report,
-                    concurrency=concurrency)
+                    concurrency=concurrency, run_trial=run_trial)
     except ClientError as exc:
         _fail(f"{exc} (finished trials are kept; rerun the same command to resume)")
     finally:

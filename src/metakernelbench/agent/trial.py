@@ -40,9 +40,10 @@ class TrialResult:
     fraction_of_roofline: float | None
     noise_spread: float | None
     submissions: int
-    turns: int
+    turns: int | None  # model turns; None for a command agent, whose turns the harness cannot see
     stop_reason: str
     offline_client: bool
+    isolation: str | None = None  # how a command agent was sandboxed: "bwrap" or "user nobody"
 
 
 def extract_code(text: str) -> str | None:
@@ -82,11 +83,30 @@ def feedback(verdict: dict) -> str:
     return "\n".join(lines)
 
 
-def _best(submissions: list[dict]) -> tuple[int | None, dict | None]:
-    passing = [(i, v) for i, v in enumerate(submissions) if v["passed"]]
+def task_prompt(problem, dsl: str, skill: str | None) -> str:
+    """The trial's first message: the variant's task statement, then the skill section when the arm has one."""
+    statement = task_statement(problem, dsl)
+    if skill is not None:
+        statement += f"\n\n{SKILL_HEADER}\n{skill.strip()}\n"
+    return statement
+
+
+def trial_result(verdicts: list[dict], turns: int | None, stop: str, offline: bool,
+                 isolation: str | None = None) -> TrialResult:
+    """The result of a trial that made `verdicts`: its fastest passing submission, else its last."""
+    passing = [(i, v) for i, v in enumerate(verdicts) if v["passed"]]
     if passing:
-        return min(passing, key=lambda iv: iv[1]["runtime"]["median_ms"])
-    return (len(submissions) - 1, submissions[-1]) if submissions else (None, None)
+        index, best = min(passing, key=lambda iv: iv[1]["runtime"]["median_ms"])
+        return TrialResult(passed=True, best_submission=index, median_ms=best["runtime"]["median_ms"],
+                           speedup_vs_eager=best.get("speedup_vs_eager"),
+                           speedup_vs_eager_range=best.get("speedup_vs_eager_range"),
+                           fraction_of_roofline=(best.get("roofline") or {}).get("fraction"),
+                           noise_spread=best["runtime"].get("spread"), submissions=len(verdicts), turns=turns,
+                           stop_reason=stop, offline_client=offline, isolation=isolation)
+    return TrialResult(passed=False, best_submission=len(verdicts) - 1 if verdicts else None, median_ms=None,
+                       speedup_vs_eager=None, speedup_vs_eager_range=None, fraction_of_roofline=None,
+                       noise_spread=None, submissions=len(verdicts), turns=turns, stop_reason=stop,
+                       offline_client=offline, isolation=isolation)
 
 
 class _Usage:
@@ -111,9 +131,7 @@ class _Usage:
 def run_trial(spec: TrialSpec, client: ModelClient, grader, problem, store: Store, skill: str | None) -> TrialResult:
     """Run one trial to its end and record everything; the store marks it finished only at the very end."""
     budget = spec.budget
-    statement = task_statement(problem, spec.dsl)
-    if skill is not None:
-        statement += f"\n\n{SKILL_HEADER}\n{skill.strip()}\n"
+    statement = task_prompt(problem, spec.dsl, skill)
     messages = [{"role": "user", "content": statement}]
     store.add_message(spec.trial_id, 0, "user", statement)
     usage, verdicts, offline = _Usage(), [], False
@@ -158,15 +176,7 @@ def run_trial(spec: TrialSpec, client: ModelClient, grader, problem, store: Stor
     store.add_message(spec.trial_id, len(messages), "assistant", reply.text,
                       {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens})
     skill_text = reply.text.strip() or None
-    best_index, best = _best(verdicts)
-    result = TrialResult(
-        passed=bool(best and best["passed"]), best_submission=best_index,
-        median_ms=(best or {}).get("runtime", {}).get("median_ms") if best and best["passed"] else None,
-        speedup_vs_eager=best.get("speedup_vs_eager") if best and best["passed"] else None,
-        speedup_vs_eager_range=best.get("speedup_vs_eager_range") if best and best["passed"] else None,
-        fraction_of_roofline=(best.get("roofline") or {}).get("fraction") if best and best["passed"] else None,
-        noise_spread=(best.get("runtime") or {}).get("spread") if best and best["passed"] else None,
-        submissions=len(verdicts), turns=turns, stop_reason=stop, offline_client=offline)
+    result = trial_result(verdicts, turns, stop, offline)
     store.finish_trial(spec.trial_id, asdict(result), skill_text, audit_skill(skill_text) if skill_text else None,
                        usage.as_dict())
     return result

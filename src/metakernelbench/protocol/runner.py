@@ -7,7 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
-from metakernelbench.agent.trial import run_trial
+from metakernelbench.agent.trial import run_trial as chat_trial
 from metakernelbench.protocol import TrialSpec
 from metakernelbench.store import Store
 
@@ -22,11 +22,14 @@ def skill_for(store: Store, spec: TrialSpec) -> str | None:
 
 
 def execute(store: Store, specs: list[TrialSpec], problems: dict, make_client: Callable, grader,
-            sampling: dict, on_trial: Callable = lambda spec, outcome: None, concurrency: int = 1) -> None:
+            sampling: dict, on_trial: Callable = lambda spec, outcome: None, concurrency: int = 1,
+            run_trial: Callable = chat_trial) -> None:
     """Run every unfinished trial of `specs`, up to `concurrency` at once (trials mostly wait on the model); every
     skill needs its solo, so phase 2 starts only once all of phase 1 has ended.
 
-    `make_client(spec, problem)` builds a fresh client per trial (offline clients need the trial's variant);
+    `make_client(spec, problem)` builds a fresh client per trial (offline clients need the trial's variant), and
+    `run_trial(spec, client, grader, problem, store, skill)` runs it: a chat model's loop by default, or
+    `agent.command.run_command_trial` with the agent's command line as the client;
     `grader.grade` and `on_trial(spec, outcome)` are called from the trial threads, so with `concurrency` > 1 both
     must be thread-safe (`execute.GradingLanes` is). The first trial that raises stops new trials from starting; its
     error re-raises here once the trials in flight have ended. An interrupt of this call itself (Ctrl-C) starts

@@ -16,9 +16,11 @@ LEGEND = {
         "skill_problem": "problem of that solo trial (differs from `problem` only for placebo)",
         "status": "finished, skipped, running (interrupted) or pending", "attempts": "times the trial was started",
         "result": "passed, best_submission, median_ms, speedup_vs_eager (+range), fraction_of_roofline, "
-                  "noise_spread, submissions, turns, stop_reason, offline_client",
+                  "noise_spread, submissions, turns (None for command agents), stop_reason, offline_client, "
+                  "isolation (command agents: bwrap or user nobody)",
         "skill": "the skill text the trial distilled", "skill_audit": "words, chars, code_fences, dsl_identifiers",
-        "usage": "input/output/cached tokens, cost_usd (where reported), wall_s",
+        "usage": "input/output/cached tokens, cost_usd (where reported), wall_s; command agents: wall_s, "
+                 "agent_exit_status, refused_submits",
     },
     "submissions": {"trial_id": "the trial", "idx": "submission number within the trial",
                     "code": "the submitted file", "verdict": "the grader's verdict (see `mkb legend`)"},
