@@ -145,3 +145,22 @@ def test_skill_audit_flags_code_and_dsl_identifiers():
     assert not audit_skill("Keep sums in fp32 and read each row once.")["leaks_code"]
     leaky = audit_skill("Use cute.make_copy_atom and T.alloc_shared.\n```\nx\n```")
     assert leaky["leaks_code"] and leaky["code_fences"] == 2 and "cute.make_copy_atom" in leaky["dsl_identifiers"]
+
+
+def test_every_verdict_is_fed_back_exactly_once_before_distillation(tmp_path):
+    suite = {p.id: p for p in load_suite()}
+    store = Store(tmp_path / "s.sqlite")
+    store.ensure_run("r", {}, {})
+    code = "```python\nx = 1\n```"
+    for answers, budget, expected in (([code, "done"], 5, 1), ([code] * 3, 2, 2)):
+        (spec,) = plan("r", f"m{budget}", [PROBLEMS[1]], ["tirx"], ["solo"], budget=Budget(submissions=budget),
+                       solo_control=False)
+        store.add_trials([spec])
+        store.start_trial(spec.trial_id, {})
+        client = ScriptedClient(answers)
+        run_trial(spec, client, RecordingGrader(), suite[spec.problem], store, None)
+        final = client.seen[-1]
+        assert final[-1]["content"] == DISTILL_PROMPT
+        verdicts = [m for m in final if m["role"] == "user" and m["content"].startswith("## Verdict")]
+        submissions = len(store.submissions(spec.trial_id))
+        assert len(verdicts) == submissions == expected

@@ -1,4 +1,4 @@
-"""The `mkb` command: list and show problems, grade a submission, audit the suite, validate reference solutions."""
+"""The `mkb` command: problems, grading and validation; agent runs, their status, transcripts and exports."""
 from __future__ import annotations
 
 import functools
@@ -257,19 +257,17 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
             return ReferenceClient(problem, spec.dsl, sampling)
         return make_client(model, sampling, base_url=base_url)
 
-    printing = threading.Lock()  # trials end on their own threads; one line at a time
+    progress = _RunProgress(store, specs)
 
     def report(spec, outcome):
         mark = outcome if isinstance(outcome, str) else ("pass" if outcome.passed else "fail")
-        with printing:
-            console.print(f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: {mark}",
-                          highlight=False, markup=False)
+        progress.trial_ended(spec, f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: {mark}")
 
     by_id = {p.id: p for p in chosen}
     run_trial = run_chat_trial if command is None else functools.partial(run_command_trial, env_keys=env_keys)
     console.print(f"grading lanes: {', '.join(devices)}; up to {concurrency} trials in flight", highlight=False)
     try:
-        with GradingLanes(devices, GraderConfig(preload_dsls=tuple(dsl_list))) as lanes:
+        with GradingLanes(devices, GraderConfig(preload_dsls=tuple(dsl_list))) as lanes, progress:
             execute(store, specs, by_id, client_for, lanes, sampling.__dict__, on_trial=report,
                     concurrency=concurrency, run_trial=run_trial)
     except ClientError as exc:
@@ -277,6 +275,45 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
     finally:
         store.close()
     _print_status(db, run_id)
+
+
+class _RunProgress:
+    """A live line for a run: trials done, passes, output tokens and cost so far (trials end on their own threads)."""
+
+    def __init__(self, store, specs) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.store = store
+        self.lock = threading.Lock()
+        self.ids = {s.trial_id for s in specs}
+        rows = [t for t in store.trials(specs[0].run_id) if t.trial_id in self.ids] if specs else []
+        self.done = sum(t.status in ("finished", "skipped") for t in rows)
+        self.passed = sum(bool((t.result or {}).get("passed")) for t in rows)
+        self.tokens = sum((t.usage or {}).get("output_tokens", 0) for t in rows)
+        self.cost = sum((t.usage or {}).get("cost_usd") or 0.0 for t in rows)
+        self.bar = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                            TimeElapsedColumn(), console=console, transient=False)
+        self.task = self.bar.add_task(self._text(), total=len(self.ids), completed=self.done)
+
+    def _text(self) -> str:
+        return f"passed {self.passed} · output tokens {self.tokens} · cost ${self.cost:.2f}"
+
+    def trial_ended(self, spec, line: str) -> None:
+        row = self.store.trial(spec.trial_id)
+        with self.lock:
+            self.done += 1
+            self.passed += bool((row.result or {}).get("passed"))
+            self.tokens += (row.usage or {}).get("output_tokens", 0)
+            self.cost += (row.usage or {}).get("cost_usd") or 0.0
+            self.bar.console.print(line, highlight=False, markup=False)
+            self.bar.update(self.task, completed=self.done, description=self._text())
+
+    def __enter__(self):
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
 
 
 def _print_status(db: Path, run_id: Optional[str]) -> None:
@@ -329,6 +366,30 @@ def trial(trial_id: str, db: Path = typer.Option(Path("results/mkb.sqlite"))) ->
     console.rule("skill")
     print(row.skill or "(none)")
     console.print(f"result: {json.dumps(row.result)}", highlight=False)
+
+
+@app.command()
+def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: all)."),
+         db: Path = typer.Option(Path("results/demo.sqlite"), help="The demo's store."),
+         device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
+         concurrency: int = typer.Option(2)) -> None:
+    """The whole protocol offline: the `reference` client submits the hidden reference solutions (solo in both
+    DSLs, then skill and placebo arms), graded for real — on the GPU if there is one, else on the CPU, where TIRx runs
+    through LLVM and CuTe DSL, which cannot launch without a GPU, fails. Writes the store and a summary beside it."""
+    from metakernelbench.analysis import summarise
+    from metakernelbench.store import Store
+
+    run(model="reference", problems=problems, dsls=None, arms="solo,skill,placebo", replicates=1, solo_control=True,
+        submissions=10, turns=40, output_tokens=400_000, wall_s=3600.0, temperature=None, max_output_tokens=16384,
+        reasoning_effort=None, base_url=None, agent_env="", seed=0, db=db, run_id="demo", device=device,
+        concurrency=concurrency, dry_run=False, suite=None)
+    store = Store(db)
+    text = summarise(store, "demo")
+    store.close()
+    summary = db.with_name(f"{db.stem}-summary.md")
+    summary.write_text(text)
+    print(text)
+    console.print(f"store: {db}  summary: {summary}", highlight=False)
 
 
 @app.command("export")

@@ -161,14 +161,11 @@ def run_trial(spec: TrialSpec, client: ModelClient, grader, problem, store: Stor
             verdict = grader.grade(problem, spec.dsl, path).to_dict()
             store.add_submission(spec.trial_id, len(verdicts), code, verdict)
             verdicts.append(verdict)
+            messages.append({"role": "user", "content": feedback(verdict)})
+            store.add_message(spec.trial_id, len(messages) - 1, "user", messages[-1]["content"])
             if len(verdicts) >= budget.submissions:
                 stop = "budget: submissions"
                 break
-            messages.append({"role": "user", "content": feedback(verdict)})
-            store.add_message(spec.trial_id, len(messages) - 1, "user", messages[-1]["content"])
-    if verdicts and messages[-1]["role"] == "assistant":
-        messages.append({"role": "user", "content": feedback(verdicts[-1])})
-        store.add_message(spec.trial_id, len(messages) - 1, "user", messages[-1]["content"])
     messages.append({"role": "user", "content": DISTILL_PROMPT})
     store.add_message(spec.trial_id, len(messages) - 1, "user", DISTILL_PROMPT)
     reply = client.complete(SYSTEM_PROMPT, messages)
