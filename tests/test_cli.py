@@ -1,5 +1,6 @@
 """The `mkb` command: every user error is one line naming the fix and a non-zero exit; the main commands work."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,20 @@ def test_audit_passes_and_legend_explains_fields():
     assert mkb("audit").returncode == 0
     legend = mkb("legend").stdout
     assert "speedup_vs_eager" in legend and "failed_check" in legend
+
+
+def test_run_bad_configurations_are_one_line_errors(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+
+    def run_args(model="reference", problems="38", dsls="tirx", arms="solo", *extra):
+        return ["run", "--model", model, "--problems", problems, "--dsls", dsls, "--arms", arms, "--device", "cpu",
+                "--db", str(tmp_path / "run.sqlite"), *extra]
+
+    cases = [(run_args("foo:bar"), "openai:MODEL"), (run_args("openai:gpt-x"), "OPENAI_API_KEY"),
+             (run_args(arms="solo,skill"), "--dsls"), (run_args(problems="999"), "mkb list"),
+             (run_args("reference", "38", "tirx", "solo", "--concurrency", "0"), "--concurrency")]
+    for args, fix in cases:
+        proc = subprocess.run([sys.executable, "-m", "metakernelbench", *args], capture_output=True, text=True,
+                              timeout=300, env=env)
+        assert proc.returncode == 2, (args, proc.stdout[-500:], proc.stderr[-500:])
+        assert fix in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
