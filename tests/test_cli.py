@@ -69,7 +69,8 @@ def test_run_bad_configurations_are_one_line_errors(tmp_path):
 
     cases = [(run_args("foo:bar"), "openai:MODEL"), (run_args("openai:gpt-x"), "OPENAI_API_KEY"),
              (run_args(arms="solo,skill"), "--dsls"), (run_args(problems="999"), "mkb list"),
-             (run_args("reference", "38", "tirx", "solo", "--concurrency", "0"), "--concurrency")]
+             (run_args("reference", "38", "tirx", "solo", "--concurrency", "0"), "--concurrency"),
+             (run_args("reference", "38", "tirx", "solo", "--families", "moe"), "choose from mlp_norm")]
     for args, fix in cases:
         proc = subprocess.run([sys.executable, "-m", "metakernelbench", *args], capture_output=True, text=True,
                               timeout=300, env=env)

@@ -41,3 +41,14 @@ def test_unknown_format_names_the_choices(tmp_path):
     store, _ = _store(tmp_path)
     with pytest.raises(ValueError, match="jsonl or parquet"):
         export(store, tmp_path / "out", "csv")
+
+
+def test_parquet_export_holds_the_same_rows(tmp_path):
+    import pandas
+
+    store, specs = _store(tmp_path)
+    export(store, tmp_path / "pq", "parquet")
+    trials = pandas.read_parquet(tmp_path / "pq" / "trials.parquet")
+    submissions = pandas.read_parquet(tmp_path / "pq" / "submissions.parquet")
+    assert len(trials) == len(specs) and list(trials.columns) == list(LEGEND["trials"])
+    assert json.loads(submissions.loc[0, "verdict"])["failed_check"] == "static_rules"

@@ -169,6 +169,7 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
 def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, replay:DIR, reference (offline), or "
                                               "command:CMD (an agent CLI run in a sandboxed workspace)."),
         problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: all)."),
+        families: Optional[str] = typer.Option(None, help="Comma-separated families (default: all)."),
         dsls: Optional[str] = typer.Option(None, help="Comma-separated DSLs (default: all)."),
         arms: str = typer.Option("solo,skill,placebo", help="Arms: solo, skill, placebo."),
         replicates: int = typer.Option(1, help="Replicates of every cell."),
@@ -199,6 +200,13 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
     from metakernelbench.store import Store, StoreError
 
     chosen, dsl_list = _problems(suite, problems), _dsls(dsls)
+    if families:
+        wanted = {f.strip() for f in families.split(",") if f.strip()}
+        unknown = wanted - {p.family for p in chosen}
+        if unknown:
+            _fail(f"unknown or unselected famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(sorted(unknown))}: "
+                  f"choose from {', '.join(sorted({p.family for p in chosen}))}")
+        chosen = [p for p in chosen if p.family in wanted]
     if concurrency < 1:
         _fail(f"--concurrency must be at least 1, not {concurrency}")
     budget = Budget(submissions, turns, output_tokens, wall_s)
@@ -379,7 +387,7 @@ def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated prob
     from metakernelbench.analysis import summarise
     from metakernelbench.store import Store
 
-    run(model="reference", problems=problems, dsls=None, arms="solo,skill,placebo", replicates=1, solo_control=True,
+    run(model="reference", problems=problems, families=None, dsls=None, arms="solo,skill,placebo", replicates=1, solo_control=True,
         submissions=10, turns=40, output_tokens=400_000, wall_s=3600.0, temperature=None, max_output_tokens=16384,
         reasoning_effort=None, base_url=None, agent_env="", seed=0, db=db, run_id="demo", device=device,
         concurrency=concurrency, dry_run=False, suite=None)
