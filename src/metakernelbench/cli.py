@@ -418,6 +418,33 @@ def export_store(db: Path = typer.Option(Path("results/mkb.sqlite")),
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
 
 
+@app.command("report")
+def report_cmd(db: Path = typer.Option(Path("results/mkb.sqlite"), help="The results store (SQLite)."),
+               run_id: Optional[str] = typer.Option(None, help="The run to report (default: every run in the store)."),
+               out: Path = typer.Option(Path("results/report"),
+                                        help="Folder for report.json/.md/.html and plots.")) -> None:
+    """Full report of a run: ladders, paired statistics against the noise floor, relative standing and plots."""
+    from metakernelbench.analysis.report import ReportError, report_store
+    from metakernelbench.store import Store, StoreError
+
+    if not db.is_file():
+        _fail(f"no store at {db}: run `mkb run` first or pass --db")
+    try:
+        store = Store(db)
+    except StoreError as exc:
+        _fail(str(exc))
+    try:
+        report = report_store(store, out, run_id)
+    except (ReportError, ValueError) as exc:  # ValueError: an incomplete trial result (metrics.compare names it)
+        _fail(str(exc))
+    finally:
+        store.close()
+    for note in report["notes"]:
+        err.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {out / 'report.json'}, {out / 'report.md'}, {out / 'report.html'} and "
+                  f"{len(report['plots'])} plots", highlight=False)
+
+
 @app.command()
 def legend() -> None:
     """Print the meaning of every field of a verdict."""
