@@ -76,3 +76,14 @@ def test_run_bad_configurations_are_one_line_errors(tmp_path):
                               timeout=300, env=env)
         assert proc.returncode == 2, (args, proc.stdout[-500:], proc.stderr[-500:])
         assert fix in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+
+
+def test_dry_run_prints_the_noise_range_for_the_plan():
+    from metakernelbench.analysis.power import no_transfer_lift_range
+
+    proc = mkb("run", "--model", "reference", "--dry-run", "--replicates", "3")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    expected = no_transfer_lift_range(6, 3, 2).half_width
+    assert f"noise alone moves paired lift within ±{expected:.0f}% per model×direction cell" in out
+    assert "74-problem published range for comparison: published -19%..+29%" in out

@@ -180,6 +180,7 @@ def test_html_embeds_every_plot_and_table(full):
             assert f"<h2>{title}</h2>" in page.replace("&amp;", "&")
     assert page.count("<table") == len([t for t in titles if t != "Plots"]) >= 10
     assert "Relative standing: solo_control" in md and "Lift against noise" in md
+    assert "Noise range for this run's size" in md and "<h2>Noise range for this run's size</h2>" in page
     assert "http" not in page.split("</style>", 1)[1].replace("docs/metrics.md", "")  # nothing fetched from outside
 
 
@@ -215,3 +216,20 @@ def test_unusable_stores_are_one_line_errors(tmp_path):
         assert proc.returncode == 2, (path, proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert message in proc.stderr, proc.stderr
+
+
+def test_noise_range_for_this_runs_size(full):
+    from metakernelbench.analysis.power import no_transfer_lift_range
+
+    _, rows, rep = full
+    nz = rep["noise_for_size"]
+    sim = no_transfer_lift_range(nz["problems"], nz["replicates"], nz["models_directions"])
+    assert nz["problems"] == len({r.problem for r in rows}) and nz["replicates"] == 1
+    assert nz["per_cell_range"] == {"low": sim.low, "high": sim.high}
+    assert nz["measured_disagreement"] is not None and nz["per_cell_range_at_measured"] is not None
+    cells = [c for arm in ("skill", "placebo") for c in rep["paired"][arm]["cells"]]
+    assert len(nz["lifts"]) == len(cells)
+    for lift, c in zip(nz["lifts"], cells):
+        assert lift["lift_pct"] == pytest.approx(100 * c["mean_outcome"])
+        assert lift["inside_noise"] == (sim.low <= lift["lift_pct"] <= sim.high)
+    assert "indistinguishable from noise" in nz["statement"]

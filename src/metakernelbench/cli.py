@@ -220,6 +220,14 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
     console.print(f"plan: {len(specs)} trials ({', '.join(f'{n} {a}' for a, n in counts.items() if n)}) of "
                   f"{model} on {len(chosen)} problems x {len(dsl_list)} DSLs; budget {budget}", highlight=False)
     if dry_run:
+        from metakernelbench.analysis.power import no_transfer_lift_range, published_comparison
+
+        cells = len({(s.source_dsl, s.dsl) for s in specs if s.arm != "solo"}) or len(dsl_list)
+        noise = no_transfer_lift_range(len(chosen), replicates, cells)
+        console.print(f"noise alone moves paired lift within ±{noise.half_width:.0f}% per model×direction cell "
+                      f"({len(chosen)} problems x {replicates} replicate{'s' if replicates != 1 else ''}, {cells} "
+                      f"cells: expected extremes {noise.cells_low:+.0f}%..{noise.cells_high:+.0f}%) "
+                      f"(74-problem published range for comparison: {published_comparison()})", highlight=False)
         table = Table("trial", "problem", "dsl", "arm", "source", "replicate")
         for s in specs:
             table.add_row(s.trial_id, s.problem, s.dsl, s.arm, s.skill_problem or s.source_dsl or "", str(s.replicate))

@@ -71,10 +71,11 @@ def paired_outcome_plot(pairs: dict[str, list[m.Pair]], path: Path) -> Path | No
         problems = sorted({p.problem for a in arms for p in pairs[a] if belongs(p, a)})
         x = np.arange(len(problems))
         for i, arm in enumerate(arms):
-            mean = {}
-            for prob in problems:
-                vals = [p.outcome for p in pairs[arm] if belongs(p, arm) and p.problem == prob]
-                mean[prob] = float(np.mean(vals)) if vals else np.nan
+            by_problem: dict[str, list[int]] = {}  # one pass over the arm's pairs, not one per problem
+            for p in pairs[arm]:
+                if belongs(p, arm):
+                    by_problem.setdefault(p.problem, []).append(p.outcome)
+            mean = {prob: float(np.mean(by_problem[prob])) if by_problem.get(prob) else np.nan for prob in problems}
             ax.bar(x + (i - (len(arms) - 1) / 2) * width, [mean[p] for p in problems], width, color=_color(arm),
                    label=ARM_LABELS[arm])
         ax.axhline(0, color="black", linewidth=0.6)

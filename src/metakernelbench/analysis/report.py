@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from metakernelbench.analysis import metrics as m
+from metakernelbench.analysis import power as pw
 from metakernelbench.analysis import stats as st
 from metakernelbench.store import Store, TrialRow
 
@@ -89,7 +90,7 @@ def paired_stats(pairs: list[m.Pair], n_boot: int = 2000) -> dict:
     summ = m.summarise_pairs(pairs)
     mean_ci = st.bootstrap_mean_ci([p.outcome for p in pairs], [p.problem for p in pairs], n_boot=n_boot,
                                    confidence=CONFIDENCE)
-    lift_ci = st.bootstrap_ci(pairs, lambda ps: m.summarise_pairs(ps).lift_s, n_boot=n_boot, confidence=CONFIDENCE)
+    lift_ci = st.bootstrap_lift_s_ci(pairs, n_boot=n_boot, confidence=CONFIDENCE)  # bootstrap_ci of lift_s
     mc, wx = st.mcnemar_exact(pairs), st.wilcoxon_speed(pairs)
     flip = st.sign_flip_range([p.outcome for p in pairs], confidence=CONFIDENCE)
     return {"n": summ.n, "improved": summ.improved, "tied": summ.tied, "regressed": summ.regressed,
@@ -174,6 +175,37 @@ def _excess(a: dict, b: dict) -> dict:
                 "regress_rate": diff(a["regress_rate"][s], b["regress_rate"][s])} for s in m.STANDING_NAMES.values()}
 
 
+def _noise_for_size(rows: list[TrialRow], paired: dict) -> dict:
+    """The lift that noise alone produces for this run's size (power.no_transfer_lift_range: problems, replicates
+    and model × direction cells of the run), and each treated cell's lift (mean paired outcome × 100) against it."""
+    treated = [r for r in rows if r.arm in m.TREATED_ARMS]
+    problems = len({r.problem for r in rows})
+    replicates = len({r.replicate for r in treated}) or 1
+    cells = len({(r.model, m.direction(r)) for r in treated}) or len({(r.model, r.dsl) for r in rows})
+    sim = pw.no_transfer_lift_range(problems, replicates, cells)
+    control = paired.get("solo_control", {}).get("overall")
+    measured = (1.0 - control["tied"] / control["n"]) if control and control["n"] else None
+    scale = math.sqrt(measured / sim.disagreement) if measured is not None and sim.disagreement > 0 else None
+    lifts = []
+    for arm in m.TREATED_ARMS:
+        for c in paired.get(arm, {}).get("cells", []):
+            lift = None if c["mean_outcome"] is None else 100.0 * c["mean_outcome"]
+            inside = None if lift is None else sim.low <= lift <= sim.high
+            lifts.append({"arm": arm, "model": c["model"], "direction": c["direction"], "lift_pct": lift,
+                          "inside_noise": inside})
+    statement = (f"noise alone moves paired lift within ±{sim.half_width:.0f}% per model×direction cell "
+                 f"({problems} problems × {replicates} replicate{'s' if replicates != 1 else ''}; expected extremes "
+                 f"{sim.cells_low:+.0f}%..{sim.cells_high:+.0f}% across {cells} cells): a lift inside is "
+                 "indistinguishable from noise")
+    return {"problems": problems, "replicates": replicates, "models_directions": cells, "sigma": sim.sigma,
+            "assumed_disagreement": pw.TARGET_DISAGREEMENT, "simulated_disagreement": sim.disagreement,
+            "measured_disagreement": measured,
+            "per_cell_range": {"low": sim.low, "high": sim.high},
+            "across_cells": {"low": sim.cells_low, "high": sim.cells_high},
+            "per_cell_range_at_measured": ({"low": sim.low * scale, "high": sim.high * scale} if scale else None),
+            "published": dict(pw.PUBLISHED), "lifts": lifts, "statement": statement}
+
+
 # -- the report -----------------------------------------------------------------------------------------------
 def load_rows(store: Store, run_id: str | None) -> list[TrialRow]:
     rows = store.trials(run_id)
@@ -228,6 +260,7 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
                                     **_verdict(c, ctl_cells.get((c["model"], c["target_dsl"])))}
                                    for c in entry["cells"]]}
     report["verdicts"] = verdicts
+    report["noise_for_size"] = _noise_for_size(rows, report["paired"])
     # relative standing: skill, placebo, and the solo control in place of the skill arm
     standing: dict[str, Any] = {}
     if pairs["skill"]:
@@ -322,6 +355,21 @@ LEGEND: dict[str, str] = {
     "missing_source": "pairs without a finished source solo, left out",
     "skill_excess": "skill improve/regress rate minus that of the arm named, per standing",
     "over_placebo": "skill minus placebo", "over_solo_control": "skill minus solo control",
+    "noise_for_size": "noise range for this run's size: the paired lift (mean paired outcome x 100, %) that a "
+                      "simulation with no transfer produces (analysis/power.py; docs/metrics.md)",
+    "problems": "problems in the run (or, under 'published', in the published benchmark)",
+    "replicates": "replicates of each treated cell", "models_directions": "model × direction cells",
+    "sigma": "simulated attempt noise (problem difficulty has sd 1)",
+    "assumed_disagreement": "assumed share of solo-vs-solo replicate pairs not tied (the calibration)",
+    "simulated_disagreement": "share of simulated solo-vs-solo pairs not tied",
+    "measured_disagreement": "share of this run's solo_control pairs not tied (null without a control)",
+    "per_cell_range": "central 95% range of one cell's lift under no transfer, %",
+    "across_cells": "expected min..max of the lift across the run's cells under no transfer, %",
+    "per_cell_range_at_measured": "per_cell_range rescaled by sqrt(measured / simulated disagreement) (null "
+                                  "without a control)",
+    "published": "the published benchmark's size and its lift spread across its cells, %, for comparison",
+    "lifts": "each treated cell's lift against per_cell_range", "lift_pct": "mean_outcome x 100, %",
+    "inside_noise": "lift_pct lies inside per_cell_range: indistinguishable from noise",
     "notes": "what could not be computed, and why", "legend": "this legend",
     "plots": "PNG files written beside report.json, by name",
 }
@@ -381,6 +429,30 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             vrows.append([arm, "all", "all", v["overall"]["statement"]])
             vrows += [[arm, c["model"], c["direction"], c["statement"]] for c in v["cells"]]
         out.append(("Lift against noise", ["arm", "model", "direction", "verdict"], vrows))
+    nz = report.get("noise_for_size")
+    if nz:
+        pc, ac, pub = nz["per_cell_range"], nz["across_cells"], nz["published"]
+        rows = [["size", f"{nz['problems']} problems × {nz['replicates']} replicates, {nz['models_directions']} "
+                         "model × direction cells"],
+                ["noise alone, one cell (95%)", f"{pc['low']:+.1f}% .. {pc['high']:+.1f}%"],
+                [f"noise alone, expected extremes across {nz['models_directions']} cells",
+                 f"{ac['low']:+.1f}% .. {ac['high']:+.1f}%"],
+                ["solo-vs-solo disagreement: assumed / simulated / measured",
+                 f"{_f(nz['assumed_disagreement'], 2)} / {_f(nz['simulated_disagreement'], 2)} / "
+                 f"{_f(nz['measured_disagreement'], 2)}"]]
+        if nz["per_cell_range_at_measured"]:
+            r = nz["per_cell_range_at_measured"]
+            rows.append(["one cell (95%), rescaled to the measured disagreement",
+                         f"{r['low']:+.1f}% .. {r['high']:+.1f}%"])
+        rows.append([f"published benchmark ({pub['problems']} problems × {pub['replicates']}, "
+                     f"{pub['models_directions']} cells)", f"{pub['low']:+.0f}% .. {pub['high']:+.0f}%"])
+        for c in nz["lifts"]:
+            verdict = ("–" if c["inside_noise"] is None else
+                       "inside: indistinguishable from noise" if c["inside_noise"] else "outside the noise range")
+            rows.append([f"{c['arm']} lift, {c['model']} | {c['direction']}",
+                         f"{_f(c['lift_pct'], 1)}% ({verdict})"])
+        rows.append(["statement", nz["statement"]])
+        out.append(("Noise range for this run's size", ["quantity", "value"], rows))
     for arm, t in report["standing"].items():
         if arm == "skill_excess":
             rows = [[name, s, _f(d["improve_rate"]), _f(d["regress_rate"])]
@@ -406,7 +478,8 @@ def _html_table(title: str, header: list[str], rows: list[list[str]]) -> str:
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<h2>{e(title)}</h2>\n<table class="mkb"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (f'<h2>{e(title, quote=False)}</h2>\n<table class="mkb">'
+            f'<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
 
 
 def render_markdown(report: dict, plot_files: dict[str, Path]) -> str:
