@@ -38,3 +38,33 @@ def test_variance_share_is_eta_squared():
     between = 3 * (2 / 3 - mean) ** 2 + 2 * (0 - mean) ** 2
     assert math.isclose(variance_share(mixed).family, between / total)
     assert variance_share([_trial("f/x", "m", True)]).family is None
+
+
+def test_report_carries_refinement_read_from_the_store(tmp_path):
+    from metakernelbench.analysis.report import report_store
+    from metakernelbench.protocol import plan
+    from metakernelbench.store import Store
+
+    store = Store(tmp_path / "s.sqlite")
+    store.ensure_run("r", {}, {})
+    specs = plan("r", "m", ["mlp_norm/38_fused_add_rmsnorm", "moe/53_softmax_topk_router"], ["tirx"], ["solo"],
+                 solo_control=False)
+    store.add_trials(specs)
+    verdicts = [[{"compiled": False, "passed": False, "draws": [0] * 50},
+                 {"compiled": True, "passed": True, "speedup_vs_eager": 0.5}],
+                [{"compiled": True, "passed": True, "speedup_vs_eager": 2.0}]]
+    for spec, trial_verdicts in zip(specs, verdicts):
+        store.start_trial(spec.trial_id, {})
+        for i, v in enumerate(trial_verdicts):
+            store.add_submission(spec.trial_id, i, "code", v)
+        last = trial_verdicts[-1]
+        store.finish_trial(spec.trial_id, {"passed": True, "speedup_vs_eager": last["speedup_vs_eager"],
+                                           "median_ms": 1.0, "noise_spread": 0.05}, None, None, {})
+    assert store.submission_outcomes("r")[specs[0].trial_id][0] == {"compiled": False, "passed": False,
+                                                                     "speedup_vs_eager": None}
+    report = report_store(store, tmp_path / "out", "r", n_boot=50)
+    first, second = report["refinement"]["by_round"]
+    assert (first["submissions"], first["compile_rate"], first["pass_rate"]) == (2, 0.5, 0.5)
+    assert second["geomean_speedup_of_passing"] == 0.5
+    assert report["refinement"]["slower_than_eager"] == {"correct_trials": 2, "slower": 1, "share": 0.5}
+    assert "Refinement by submission round" in (tmp_path / "out" / "report.md").read_text()

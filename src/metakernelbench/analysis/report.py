@@ -17,6 +17,7 @@ from typing import Any
 
 from metakernelbench.analysis import metrics as m
 from metakernelbench.analysis import power as pw
+from metakernelbench.analysis import refinement
 from metakernelbench.analysis import stats as st
 from metakernelbench.store import Store, TrialRow
 
@@ -217,8 +218,19 @@ def load_rows(store: Store, run_id: str | None) -> list[TrialRow]:
     return rows
 
 
-def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 2000) -> dict:
-    """Every measurement of the report as one JSON-ready dict (see LEGEND)."""
+def _refinement(rows: list[TrialRow], outcomes: dict[str, list[dict]]) -> dict:
+    slower, correct = refinement.slower_than_eager(rows)
+    share = refinement.variance_share(rows)
+    return {"by_round": [dataclasses.asdict(r) for r in refinement.by_round(outcomes)],
+            "slower_than_eager": {"correct_trials": correct, "slower": slower,
+                                  "share": slower / correct if correct else None},
+            "variance_share": dataclasses.asdict(share)}
+
+
+def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 2000,
+                 outcomes: dict[str, list[dict]] | None = None) -> dict:
+    """Every measurement of the report as one JSON-ready dict (see LEGEND); `outcomes` (per-submission compiled /
+    passed / speedup, from Store.submission_outcomes) adds the by-round refinement measurements."""
     if not rows:
         raise ReportError("no trials to report")
     notes = []
@@ -261,6 +273,7 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
                                    for c in entry["cells"]]}
     report["verdicts"] = verdicts
     report["noise_for_size"] = _noise_for_size(rows, report["paired"])
+    report["refinement"] = _refinement(rows, outcomes or {})
     # relative standing: skill, placebo, and the solo control in place of the skill arm
     standing: dict[str, Any] = {}
     if pairs["skill"]:
@@ -355,6 +368,17 @@ LEGEND: dict[str, str] = {
     "missing_source": "pairs without a finished source solo, left out",
     "skill_excess": "skill improve/regress rate minus that of the arm named, per standing",
     "over_placebo": "skill minus placebo", "over_solo_control": "skill minus solo control",
+    "by_round": "one entry per submission number (1 = a trial's first submission), over all trials",
+    "round": "submission number within a trial", "submissions": "submissions made at that round",
+    "compile_rate": "share of those submissions that compiled (imported and ran)",
+    "geomean_speedup_of_passing": "geometric-mean speedup over eager of the passing submissions of that round",
+    "slower_than_eager": "correct trials whose best speedup over eager PyTorch is below 1",
+    "correct_trials": "correct trials with a measured speedup", "slower": "of those, slower than eager",
+    "share": "slower / correct_trials",
+    "variance_share": "eta squared of the per-trial pass/fail outcome grouped by problem family and by model",
+    "refinement": "KernelBench-X's measurements: by_round (per submission number: compile rate, pass rate, geometric-"
+                  "mean speedup of passing submissions), slower_than_eager (correct trials slower than eager PyTorch), "
+                  "variance_share (eta squared of pass/fail by problem family and by model; null with one level)",
     "noise_for_size": "noise range for this run's size: the paired lift (mean paired outcome x 100, %) that a "
                       "simulation with no transfer produces (analysis/power.py; docs/metrics.md)",
     "problems": "problems in the run (or, under 'published', in the published benchmark)",
@@ -453,6 +477,18 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                          f"{_f(c['lift_pct'], 1)}% ({verdict})"])
         rows.append(["statement", nz["statement"]])
         out.append(("Noise range for this run's size", ["quantity", "value"], rows))
+    ref = report.get("refinement")
+    if ref:
+        out.append(("Refinement by submission round", ["round", "submissions", "compile rate", "pass rate",
+                                                        "geomean speedup of passing (x)"],
+                    [[str(r["round"]), str(r["submissions"]), _f(r["compile_rate"]), _f(r["pass_rate"]),
+                      _f(r["geomean_speedup_of_passing"], 2)] for r in ref["by_round"]]))
+        slow, share = ref["slower_than_eager"], ref["variance_share"]
+        out.append(("Correct but slow; what explains outcomes", ["quantity", "value"],
+                    [["correct trials slower than eager", f"{slow['slower']} of {slow['correct_trials']} "
+                                                          f"({_f(slow['share'])})"],
+                     ["outcome variance explained by family (eta²)", _f(share["family"])],
+                     ["outcome variance explained by model (eta²)", _f(share["model"])]]))
     for arm, t in report["standing"].items():
         if arm == "skill_excess":
             rows = [[name, s, _f(d["improve_rate"]), _f(d["regress_rate"])]
@@ -521,14 +557,15 @@ def render_html(report: dict, plot_files: dict[str, Path]) -> str:
             f"<style>{style}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
-def write_report(rows: list[TrialRow], out: Path, run_id: str | None = None, n_boot: int = 2000) -> dict:
+def write_report(rows: list[TrialRow], out: Path, run_id: str | None = None, n_boot: int = 2000,
+                 outcomes: dict[str, list[dict]] | None = None) -> dict:
     """Build the report from `rows` and write report.json, report.md, report.html and the plot PNGs into `out`.
     Returns the report dict (with "plots": name -> file name)."""
     from metakernelbench.analysis import plots
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = build_report(rows, run_id, n_boot)
+    report = build_report(rows, run_id, n_boot, outcomes)
     plot_files = plots.make_plots(rows, report, out)
     report["plots"] = {name: p.name for name, p in plot_files.items()}
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False))
@@ -539,4 +576,4 @@ def write_report(rows: list[TrialRow], out: Path, run_id: str | None = None, n_b
 
 def report_store(store: Store, out: Path, run_id: str | None = None, n_boot: int = 2000) -> dict:
     """The whole report of a store's run (every run when run_id is None); ReportError when it holds no trials."""
-    return write_report(load_rows(store, run_id), out, run_id, n_boot)
+    return write_report(load_rows(store, run_id), out, run_id, n_boot, store.submission_outcomes(run_id))

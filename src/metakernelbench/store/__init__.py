@@ -182,5 +182,17 @@ class Store:
         rows = self._read("SELECT idx, code, verdict FROM submissions WHERE trial_id=? ORDER BY idx", (trial_id,))
         return [(i, c, json.loads(v)) for i, c, v in rows]
 
+    def submission_outcomes(self, run_id: str | None = None) -> dict[str, list[dict]]:
+        """compiled / passed / speedup_vs_eager of every submission, per trial in submission order; read inside
+        SQLite, since whole verdicts of a large run would take long to parse."""
+        query = ("SELECT s.trial_id, json_extract(s.verdict, '$.compiled'), json_extract(s.verdict, '$.passed'), "
+                 "json_extract(s.verdict, '$.speedup_vs_eager') FROM submissions s JOIN trials t USING (trial_id)"
+                 + (" WHERE t.run_id=?" if run_id else "") + " ORDER BY s.trial_id, s.idx")
+        outcomes: dict[str, list[dict]] = {}
+        for trial_id, compiled, passed, speedup in self._read(query, (run_id,) if run_id else ()):
+            outcomes.setdefault(trial_id, []).append({"compiled": bool(compiled), "passed": bool(passed),
+                                                      "speedup_vs_eager": speedup})
+        return outcomes
+
     def runs(self) -> list[tuple[str, dict]]:
         return [(r, json.loads(c)) for r, c in self._read("SELECT run_id, config FROM runs ORDER BY created")]
