@@ -17,9 +17,10 @@ from metakernelbench.suite import load_problem
 
 
 def harness_ms(problem, mode, dsl, calls=30, poison=True, keep_alive=True):
-    job = {"mode": mode, "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path),
+    job = {"mode": mode, "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path), "nonce": "anatomy",
            "candidate_path": str(problem.solution_path(dsl)) if dsl else None}
-    runner = child.Runner(socket.socket(), job)
+    harness_end, _parent_end = socket.socketpair()  # the child reports once before the import; nobody reads it here
+    runner = child.Runner(harness_end, job)
     runner.load()
     if not poison:
         runner._poison = lambda inputs: None
