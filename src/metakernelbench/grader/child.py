@@ -133,12 +133,13 @@ class Runner:
             return {}
         from metakernelbench.dsl import get_adapter
         from metakernelbench.dsl.gate import LaunchGate
+        from metakernelbench.dsl.rules import COMMON_IMPORTS
 
         adapter = get_adapter(self.job["dsl"])
         self.gate = LaunchGate()
         adapter.install_gate(self.gate)
         module_name = "submission"
-        builtins.__import__ = _ImportGuard(module_name, adapter.allowed_roots + _COMMON_RUNTIME_IMPORTS)
+        builtins.__import__ = _ImportGuard(module_name, adapter.allowed_roots + COMMON_IMPORTS)
         self.watched.append((builtins, "__import__", builtins.__import__))
         for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
             if not name.startswith("metakernelbench.suite.loader"):
@@ -234,24 +235,20 @@ class Runner:
         items = [outputs] if single else list(outputs)
         problems = [f"output {i} is {type(out).__module__}.{type(out).__qualname__}, not torch.Tensor"
                     for i, out in enumerate(items) if type(out) is not torch.Tensor]
-        if problems:
-            return {"integrity_problems": problems}
-        metas = channel.write_to_file(items, path)
-        for meta, out in zip(metas, items):
-            meta["device"] = str(out.device)
         inplace = {int(v): k for k, v in self.problem.inplace.items()}
-        unchanged = []
-        for i, (now, before) in enumerate(zip(inputs, pristine)):
-            if before is None or i in inplace:
-                continue
-            unchanged.append(bool(torch.equal(now, before)))
-            if not unchanged[-1]:
-                problems.append(f"input {i} was modified but the problem does not declare it an in-place output")
+        problems += [f"input {i} was modified but the problem does not declare it an in-place output"
+                     for i, (now, before) in enumerate(zip(inputs, pristine))
+                     if before is not None and i not in inplace and not torch.equal(now, before)]
         for index, name in inplace.items():
             pos = self.problem.outputs.index(name) if name in self.problem.outputs else None
             if pos is None or pos >= len(items) or items[pos] is not inputs[index]:
                 problems.append(f"output '{name}' must be input {index} itself, modified in place")
-        return {"single": single, "outputs": metas, "integrity_problems": problems}
+        if problems:  # nothing to compare: spare the copy of the outputs
+            return {"integrity_problems": problems}
+        metas = channel.write_to_file(items, path)
+        for meta, out in zip(metas, items):
+            meta["device"] = str(out.device)
+        return {"single": single, "outputs": metas, "integrity_problems": []}
 
     def fingerprint(self) -> dict[str, int]:
         """Identities of the watched objects, looked up afresh; the parent holds the copy taken before the import."""
@@ -263,10 +260,6 @@ class Runner:
         tampered += [f"Runner.{name} (shadowed)" for name in vars(self) if callable(Runner.__dict__.get(name))]
         return {"tampered": tampered, "fingerprint": self.fingerprint(), "python_threads": threading.active_count(),
                 "native_threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None}
-
-
-_COMMON_RUNTIME_IMPORTS = ("torch", "math", "functools", "typing", "operator", "itertools", "dataclasses",
-                           "__future__")
 
 
 def _error_text(exc: BaseException) -> str:
