@@ -4,7 +4,7 @@ import socket
 import pytest
 import torch
 
-from metakernelbench.grader import channel
+from metakernelbench.grader import channel, cuda_ipc
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.int32, torch.int64, torch.bool,
           torch.uint8]
@@ -50,3 +50,14 @@ def test_framed_messages_and_closed_peer():
     a.close()
     with pytest.raises(channel.ChannelClosed):
         channel.recv(b)
+
+
+@pytest.mark.parametrize("record, match", [
+    ({"dtype": "float32", "shape": [4], "nbytes": 8, "offset": 0, "handle": "00" * 64}, "does not match"),
+    ({"dtype": "os.system", "shape": [4], "nbytes": 16, "offset": 0, "handle": "00" * 64}, "unknown dtype"),
+    ({"dtype": "float32", "shape": [4], "nbytes": 16, "offset": -8, "handle": "00" * 64}, "does not match"),
+    ({"dtype": "float32", "shape": [4], "nbytes": 16, "offset": 0, "handle": "00" * 8}, "malformed IPC handle"),
+])
+def test_ipc_records_that_lie_are_refused_before_any_mapping(record, match):
+    with pytest.raises(ValueError, match=match):
+        cuda_ipc.import_copies([record], "cuda:0")

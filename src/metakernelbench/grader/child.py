@@ -19,7 +19,7 @@ import traceback
 
 import torch
 
-from metakernelbench.grader import channel
+from metakernelbench.grader import channel, cuda_ipc
 
 KEEP_ALIVE_BYTES = {"cuda": 8 << 30, "cpu": 256 << 20}
 L2_FLUSH_BYTES = {"cuda": 256 << 20, "cpu": 32 << 20}
@@ -33,6 +33,7 @@ def _watched(device_type: str) -> list[tuple[object, str]]:
                (torch.Tensor, "fill_"), (socket.socket, "sendall"), (socket.socket, "recv"), (json, "dumps"),
                (json, "loads"), (threading, "active_count"), (builtins, "isinstance"), (builtins, "type")]
     watched += [(channel, name) for name in ("send", "recv", "write_to_file")]
+    watched += [(cuda_ipc, name) for name in ("export", "reset_persisting_l2")]
     if device_type == "cuda":
         watched += [(torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
                     (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize")]
@@ -110,14 +111,16 @@ class Runner:
         self.last: dict | None = None
         self.gate = None
         self.solve = None
+        self.l2_reset: bool | None = None
         if self.device_type == "cuda":
             torch.cuda.set_device(torch.device(self.device).index or 0)
             self.sync = torch.cuda.synchronize
+            self.reset_l2 = cuda_ipc.reset_persisting_l2
             self.Event = torch.cuda.Event
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES[self.device_type], dtype=torch.uint8, device=self.device)
         self.thread_starts = _ThreadStarts()
         self.watched += self.thread_starts.targets
-        self.watched += [(self, attr, getattr(self, attr)) for attr in ("perf_counter", "sync", "Event")
+        self.watched += [(self, attr, getattr(self, attr)) for attr in ("perf_counter", "sync", "Event", "reset_l2")
                          if hasattr(self, attr)]
         self.watched += [(Runner, name, Runner.__dict__[name]) for name in ("call", "report_outputs", "finish",
                                                                             "_poison", "_remember")]
@@ -179,6 +182,8 @@ class Runner:
         pristine = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         self._poison(inputs)
         self.flush_buffer.zero_()
+        if self.device_type == "cuda":
+            self.l2_reset = self.reset_l2(torch.device(self.device))
         if self.gate is not None:
             self.gate.take()
             self.gate.neutralise = bool(msg.get("ghost"))
@@ -211,7 +216,7 @@ class Runner:
         self.last = {"inputs": inputs, "pristine": pristine, "outputs": outputs}
         self._remember(inputs)
         return {"ms": ms, "host_ms": host_ms, "dsl_ms": dsl_ms, "launches": launches, "threads_started": threads,
-                "threads_alive": threading.active_count()}
+                "threads_alive": threading.active_count(), "l2_reset": self.l2_reset}
 
     def _launch_clock(self):
         """A timestamp on the device's current stream (GPU) or the host clock (CPU, where launches are synchronous)."""
@@ -226,11 +231,11 @@ class Runner:
             return sum(begin.elapsed_time(end) for begin, end in self.gate.readings)
         return sum(end - begin for begin, end in self.gate.readings) * 1e3
 
-    def report_outputs(self, path: str) -> dict:
+    def report_outputs(self, path: str, ipc: bool = False) -> dict:
+        """Outputs stay referenced until the next call or drop: the parent may ask again by file if IPC fails."""
         if self.last is None:
             return {"error": "no outputs to send"}
         inputs, pristine, outputs = self.last["inputs"], self.last["pristine"], self.last["outputs"]
-        self.last = None
         single = not isinstance(outputs, (tuple, list))
         items = [outputs] if single else list(outputs)
         problems = [f"output {i} is {type(out).__module__}.{type(out).__qualname__}, not torch.Tensor"
@@ -245,10 +250,18 @@ class Runner:
                 problems.append(f"output '{name}' must be input {index} itself, modified in place")
         if problems:  # nothing to compare: spare the copy of the outputs
             return {"integrity_problems": problems}
+        if ipc and all(out.is_cuda for out in items):
+            contiguous = [out.detach().contiguous() for out in items]
+            try:
+                records = cuda_ipc.export(contiguous)
+                self.last["handed_over"] = contiguous
+                return {"single": single, "outputs": records, "transport": "ipc", "integrity_problems": []}
+            except cuda_ipc.TransferError:
+                pass
         metas = channel.write_to_file(items, path)
         for meta, out in zip(metas, items):
             meta["device"] = str(out.device)
-        return {"single": single, "outputs": metas, "integrity_problems": []}
+        return {"single": single, "outputs": metas, "transport": "file", "integrity_problems": []}
 
     def fingerprint(self) -> dict[str, int]:
         """Identities of the watched objects, looked up afresh; the parent holds the copy taken before the import."""
@@ -283,7 +296,7 @@ def serve(sock: socket.socket, job: dict) -> None:
             if op == "call":
                 channel.send(sock, {"nonce": nonce, **runner.call(msg)})
             elif op == "send":
-                channel.send(sock, {"nonce": nonce, **runner.report_outputs(msg["path"])})
+                channel.send(sock, {"nonce": nonce, **runner.report_outputs(msg["path"], bool(msg.get("ipc")))})
             elif op == "drop":
                 runner.last = None
                 channel.send(sock, {"nonce": nonce})

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from metakernelbench.grader import channel
+from metakernelbench.grader import channel, cuda_ipc
 from metakernelbench.grader.compare import compare, needs_fp64
 from metakernelbench.grader.forkserver import ForkServer
 from metakernelbench.grader.sandbox import protect_this_process
@@ -100,6 +100,8 @@ class _Session:
         self.deadline = deadline
         self.handle = server.spawn(self.job)
         self.exit_code: int | None = None
+        self.ipc = torch.device(job["device"]).type == "cuda"
+        self.verify_s = 0.0
 
     def request(self, msg: dict, timeout_s: float, expect_nonce: str | None = None) -> dict:
         nonce = expect_nonce or secrets.token_hex(16)
@@ -140,6 +142,7 @@ class Grader:
         self._server: ForkServer | None = None
         self._server_dsls: tuple[str, ...] = ()
         self._baselines: dict[tuple[str, str], dict] = {}
+        self._work: dict[tuple[str, str], tuple[int, int]] = {}
         protect_this_process()
 
     def __enter__(self) -> "Grader":
@@ -176,26 +179,37 @@ class Grader:
         wide = problem.reference(*[widen(t) for t in inputs])
         return lp, wide
 
-    def _fetch_outputs(self, session: _Session, max_bytes: int) -> tuple:
-        """The child copies its outputs into a file sized to the expected outputs; a flood cannot grow it."""
+    def _fetch_outputs(self, session: _Session, max_bytes: int) -> tuple[tuple, str]:
+        """Outputs come device to device through CUDA IPC where the driver allows it, else through a file sized to
+        the expected outputs (a flood cannot grow it). Returns the outputs and the transport used."""
         path = session.workdir / "outputs.bin"
         with open(path, "wb") as f:
             f.truncate(max_bytes)
         try:
-            header = session.request({"op": "send", "path": str(path)}, self.config.call_timeout_s)
-            if header.get("error"):
-                message = header["error"].strip().splitlines()[-1]
-                check = "integrity" if "exceed" in message else "runtime_error"
-                raise _Failure(check, message)
-            if header.get("integrity_problems"):
-                raise _Failure("integrity", "; ".join(header["integrity_problems"]))
-            for meta in header["outputs"]:
-                if torch.device(meta["device"]).type != self.device_type:
-                    raise _Failure("correctness", f"an output is on {meta['device']}, inputs were on {self.device}")
-            try:
-                return tuple(channel.read_from_file(header["outputs"], str(path), self.device))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise _Failure("integrity", f"malformed output report: {exc}")
+            while True:
+                header = session.request({"op": "send", "path": str(path), "ipc": session.ipc},
+                                         self.config.call_timeout_s)
+                if header.get("error"):
+                    message = header["error"].strip().splitlines()[-1]
+                    check = "integrity" if "exceed" in message else "runtime_error"
+                    raise _Failure(check, message)
+                if header.get("integrity_problems"):
+                    raise _Failure("integrity", "; ".join(header["integrity_problems"]))
+                for meta in header["outputs"]:
+                    if torch.device(meta["device"]).type != self.device_type:
+                        raise _Failure("correctness", f"an output is on {meta['device']}, inputs were on "
+                                                      f"{self.device}")
+                transport = header.get("transport", "file")
+                try:
+                    if transport == "ipc" and session.ipc:
+                        if sum(int(m["nbytes"]) for m in header["outputs"]) > max_bytes:
+                            raise ValueError(f"outputs exceed the {max_bytes} bytes the expected outputs need")
+                        return tuple(cuda_ipc.import_copies(header["outputs"], self.device)), transport
+                    return tuple(channel.read_from_file(header["outputs"], str(path), self.device)), "file"
+                except cuda_ipc.TransferError:
+                    session.ipc = False  # the driver or sandbox refused IPC: ask again, by file, from now on
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise _Failure("integrity", f"malformed output report: {exc}")
         finally:
             path.unlink(missing_ok=True)
 
@@ -207,11 +221,19 @@ class Grader:
         return reply
 
     def _verify(self, problem: Problem, session: _Session, seed: int, size: str) -> dict:
+        started = time.monotonic()
+        try:
+            return self._verify_outputs(problem, session, seed, size)
+        finally:
+            session.verify_s += time.monotonic() - started
+
+    def _verify_outputs(self, problem: Problem, session: _Session, seed: int, size: str) -> dict:
         lp, wide = self._references(problem, seed, size)
         expected = sum(t.numel() * t.element_size() for t in lp if isinstance(t, torch.Tensor))
-        got = self._fetch_outputs(session, max_bytes=2 * expected + (1 << 20))
+        got, transport = self._fetch_outputs(session, max_bytes=2 * expected + (1 << 20))
         checks = compare(problem, got, lp, wide)
-        return {"size": size, "outputs": [c.__dict__ for c in checks], "passed": all(c.passed for c in checks)}
+        return {"size": size, "outputs": [c.__dict__ for c in checks], "passed": all(c.passed for c in checks),
+                "transport": transport}
 
     # -- grading ------------------------------------------------------------------------------------------------
     def grade(self, problem: Problem, dsl: str, path: Path) -> Verdict:
@@ -299,16 +321,16 @@ class Grader:
         sizes = problem.check_sizes(self.device_type)
         timed_size = problem.timed_size(self.device_type)
         plan = [(timed_size, cfg.check_draws)] + [(s, cfg.extra_size_draws) for s in sizes if s != timed_size]
-        first = True
+        state["timings"]["first_call"] = 0.0
         for size, draws in plan:
-            for _ in range(draws):
+            for draw_index in range(draws):
                 seed = secrets.randbits(62)
                 t1 = time.monotonic()
+                first = draw_index == 0  # a submission may compile per shape: the first call at a size compiles
                 reply = self._call(session, seed, size, cfg.first_call_timeout_s if first else cfg.call_timeout_s)
                 if first:
-                    state["timings"]["first_call"] = time.monotonic() - t1
-                    state["compiled"] = True
-                    first = False
+                    state["timings"]["first_call"] += time.monotonic() - t1
+                state["compiled"] = True
                 self._require_launch(reply)
                 draw = self._verify(problem, session, seed, size)
                 state["draws"].append(draw)
@@ -333,7 +355,8 @@ class Grader:
 
         total_calls = cfg.warmup_calls + cfg.timed_calls
         reverify = set(secrets.SystemRandom().sample(range(total_calls), min(cfg.reverified_calls, total_calls)))
-        times, host_times = [], []
+        times, host_times, l2_resets = [], [], []
+        verify_before_timing = session.verify_s
         t2 = time.monotonic()
         for i in range(total_calls):
             seed = secrets.randbits(62)
@@ -349,12 +372,16 @@ class Grader:
                                                   f"{bad['reason']}): honest only while checked?")
             else:
                 session.request({"op": "drop"}, cfg.call_timeout_s)
+            l2_resets.append(reply.get("l2_reset"))
             if i >= cfg.warmup_calls:
                 times.append(float(reply["ms"]))
                 host_times.append(float(reply["host_ms"]))
-        state["timings"]["timed_calls"] = time.monotonic() - t2
+        state["timings"]["timed_calls"] = time.monotonic() - t2 - (session.verify_s - verify_before_timing)
         state["runtime"] = _summary(times)
         state["runtime"]["host_median_ms"] = statistics.median(host_times)
+        if self.device_type == "cuda":
+            state["checks"]["isolation"]["detail"]["persisting_l2_reset"] = (
+                "on" if all(l2_resets) else "refused by the platform (not fatal)")
         self._check_dsl_share(session, timed_size, state)
         final = session.request({"op": "finish"}, cfg.call_timeout_s)
         final["tampered"] += sorted(k for k, v in (armed or {}).items() if final.get("fingerprint", {}).get(k) != v)
@@ -365,10 +392,9 @@ class Grader:
                                       "detail": f"{final['python_threads']} Python thread(s) after the calls"}
         if final["python_threads"] != 1:
             raise _Failure("integrity", "the submission left background threads running")
+        state["timings"]["verify"] = session.verify_s
         runtime = state["runtime"]
-        inputs = problem.make_inputs(0, self.device, timed_size)
-        outputs = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
-        state["roofline"] = self._roofline(problem, inputs, outputs, runtime["median_ms"])
+        state["roofline"] = self._roofline(problem, timed_size, runtime["median_ms"])
         return runtime
 
     def _ghost_call(self, session: _Session, seed: int, size: str) -> dict | None:
@@ -432,8 +458,13 @@ class Grader:
                 return peaks
         return None, None
 
-    def _roofline(self, problem: Problem, inputs: tuple, outputs: tuple, median_ms: float) -> dict:
-        moved, flops = problem.bytes_moved(inputs, outputs), problem.flops(inputs)
+    def _roofline(self, problem: Problem, size: str, median_ms: float) -> dict:
+        key = (problem.id, size)
+        if key not in self._work:  # bytes and flops depend on shapes only: one reference run per problem and size
+            inputs = problem.make_inputs(0, self.device, size)
+            outputs = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
+            self._work[key] = (problem.bytes_moved(inputs, outputs), problem.flops(inputs))
+        moved, flops = self._work[key]
         bandwidth, peak_flops = self._peaks()
         if not bandwidth:
             return {"bytes": moved, "flops": flops, "floor_ms": None, "fraction": None,

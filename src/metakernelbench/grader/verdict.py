@@ -16,7 +16,8 @@ VERDICT_LEGEND = {
     "failed_check": "the first check that failed: static_rules, import, runtime_error, timeout, crash, correctness, "
                     "launch, ghost_replay, dsl_share, integrity, timer, roofline (null when passed)",
     "reason": "one line saying why it failed",
-    "draws": "per correctness draw: size, per-output rule, error, budget, pass",
+    "draws": "per correctness draw: size, per-output rule, error, budget, pass, and how the outputs came back "
+             "(transport: ipc = device to device through CUDA IPC, file = through a parent-sized file)",
     "runtime": "timed calls in ms: median, mean, min, max, p10, p90, spread=(p90-p10)/median, "
                "max_over_median (super-batching shows here), n, host_median_ms (wall clock of the same calls)",
     "baseline": "PyTorch eager (and torch.compile where it compiles) timed by the same procedure, one median per "
@@ -27,8 +28,10 @@ VERDICT_LEGEND = {
     "roofline": "bytes and flops of the problem, the floor time at the device's peak bandwidth/compute, and "
                 "fraction = floor / median runtime",
     "checks": "integrity checks, each {passed, detail}",
-    "timings_s": "grading phases in seconds: import, first_call (includes the submission's compile), timed_calls, "
-                 "baseline (0 when cached for the problem), total, overhead (total minus first call, timed calls "
+    "timings_s": "grading phases in seconds: import, first_call (the first call at each checked size, which "
+                 "includes the submission's compile for that shape), timed_calls (the timed loop, without its "
+                 "re-verifications), verify (references, output hand-over and comparison over all checked draws), "
+                 "baseline (0 when cached for the problem), total, overhead (total minus first calls, timed calls "
                  "and baseline: what the grader itself costs per submission)",
     "stdout_tail": "last bytes the submission printed (capped)",
     "stderr_tail": "last bytes of the submission's stderr (capped)",
