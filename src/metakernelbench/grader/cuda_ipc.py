@@ -76,7 +76,7 @@ def export(tensors: list[torch.Tensor]) -> list[dict]:
                 _check(lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
                                                    ctypes.c_uint64(t.data_ptr())), "cuMemGetAddressRange")
                 _check(lib.cuIpcGetMemHandle(ctypes.byref(handle), base), "cuIpcGetMemHandle")
-                record["handle"] = bytes(handle.reserved).hex()
+                record["handle"] = ctypes.string_at(ctypes.addressof(handle), HANDLE_BYTES).hex()
                 record["offset"] = t.data_ptr() - base.value
             records.append(record)
     return records
@@ -112,7 +112,7 @@ def import_copies(records: list[dict], device: str) -> list[torch.Tensor]:
         try:
             for handle in {h for *_, h in shapes if h}:
                 pointer, base, size = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_size_t()
-                _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), _Handle(handle),
+                _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), _Handle.from_buffer_copy(handle),
                                                  ctypes.c_uint(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)),
                        "cuIpcOpenMemHandle")
                 opened.append(pointer.value)
