@@ -3,7 +3,7 @@ call (made beforehand), L2 flushed before each call, calls queued back to back s
 GPU's work, CUDA events around each call. The grader's end-to-end time (host overhead of an isolated call included)
 is the benchmark's official runtime; this script answers "how good are the kernels themselves".
 
-    python benchmarks/reference_roofline.py [--dsl cute,tirx] [--out FILE]      (trusted code only: on a GPU)
+    python benchmarks/reference_roofline.py [--dsl cute,tirx] [--problems ID,...] [--out FILE]   (trusted code; GPU)
 
 The flush uses fill_(1) so the profiler can tell it from the solutions' kernels.
 """
@@ -59,14 +59,18 @@ def device_ms(fn, problem, device: str, size: str) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsl", default="cute,tirx")
+    parser.add_argument("--problems", help="comma-separated problem ids (default: the whole suite)")
     parser.add_argument("--out")
     args = parser.parse_args()
+    wanted = set(args.problems.split(",")) if args.problems else None
     device = "cuda:0"
     name = torch.cuda.get_device_name(0)
     measured_bw = copy_bandwidth(device)
     vendor_bw = next((v for k, v in VENDOR_BANDWIDTH.items() if k in name), None)
     rows = []
     for problem in load_suite():
+        if wanted is not None and problem.id not in wanted:
+            continue
         size = problem.timed_size("cuda")
         inputs = problem.make_inputs(0, device, size)
         outputs = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])

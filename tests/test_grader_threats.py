@@ -143,6 +143,8 @@ THREATS = [
     # 4: uninitialised outputs (stale memory) -> poisoned
     pytest.param("row04_stale_memory.py", {}, "correctness", r"output 'out': (\d+ non-finite values|error)",
                  id="04-stale-memory"),
+    pytest.param("row04b_stale_when_timed.py", {}, "correctness",
+                 r"timed call \d+ was wrong.*honest only while checked", id="04b-stale-when-timed"),
     # 5: cache keyed on pointer/version (runtime side: see test_row05_pointer_cache_never_hits)
     pytest.param("row05_cache_by_pointer.py", {}, "static_rules", r"_version", id="05-static"),
     # 6: honest while checked, stale afterwards -> re-verified timed calls

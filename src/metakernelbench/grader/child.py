@@ -180,7 +180,8 @@ class Runner:
         self.last = None
         inputs = self.problem.make_inputs(int(msg["seed"]), self.device, msg["size"])
         pristine = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
-        self._poison(inputs)
+        if msg.get("poison", True):
+            self._poison(inputs)
         self.flush_buffer.zero_()
         if self.device_type == "cuda":
             self.l2_reset = self.reset_l2(torch.device(self.device))
