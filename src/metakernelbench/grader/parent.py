@@ -213,13 +213,8 @@ class Grader:
         finally:
             path.unlink(missing_ok=True)
 
-    def _call(self, session: _Session, seed: int, size: str, timeout_s: float, ghost: bool = False,
-              poison: bool = True) -> dict:
-        """poison=False for timed calls: with the caching allocator holding every earlier input, allocating the
-        poison block each call cost small problems up to 60 us of measured time on the H200 (timing_anatomy.py).
-        Unwritten outputs still fail there: fresh seeds make any stale result wrong, and re-verification sees it."""
-        reply = session.request({"op": "call", "seed": seed, "size": size, "ghost": ghost, "poison": poison},
-                                timeout_s)
+    def _call(self, session: _Session, seed: int, size: str, timeout_s: float, ghost: bool = False) -> dict:
+        reply = session.request({"op": "call", "seed": seed, "size": size, "ghost": ghost}, timeout_s)
         if reply.get("error"):
             last = reply["error"].strip().splitlines()[-1] if reply["error"].strip() else "error"
             raise _Failure("runtime_error", f"solve raised: {last}")
@@ -365,7 +360,7 @@ class Grader:
         t2 = time.monotonic()
         for i in range(total_calls):
             seed = secrets.randbits(62)
-            reply = self._call(session, seed, timed_size, cfg.call_timeout_s, poison=False)
+            reply = self._call(session, seed, timed_size, cfg.call_timeout_s)
             self._require_launch(reply)
             if i in reverify:
                 draw = self._verify(problem, session, seed, timed_size)
@@ -417,7 +412,7 @@ class Grader:
         shares = []
         for _ in range(self.config.share_calls):
             reply = session.request({"op": "call", "seed": secrets.randbits(62), "size": size,
-                                        "measure_dsl": True, "poison": False}, self.config.call_timeout_s)
+                                        "measure_dsl": True}, self.config.call_timeout_s)
             if reply.get("error"):
                 raise _Failure("runtime_error", "solve raised: " + reply["error"].strip().splitlines()[-1])
             session.request({"op": "drop"}, self.config.call_timeout_s)
@@ -511,7 +506,7 @@ class Grader:
                     raise _Failure("import", ready["error"].strip().splitlines()[-1])
                 times = []
                 for i in range(cfg.warmup_calls + cfg.timed_calls):
-                    reply = self._call(session, secrets.randbits(62), size, cfg.first_call_timeout_s, poison=False)
+                    reply = self._call(session, secrets.randbits(62), size, cfg.first_call_timeout_s)
                     session.request({"op": "drop"}, cfg.call_timeout_s)
                     if i >= cfg.warmup_calls:
                         times.append(float(reply["ms"]))
