@@ -1,5 +1,6 @@
 """Grading overhead per submission: grade every reference solution twice with one warm grader and report the
-median of (total − first call − timed calls − baseline), the part the grader itself costs. Target: ≤ 2 s on an H200.
+median of the verdicts' timings_s.overhead (total − first call at each size − timed loop − baseline), the part the
+grader itself costs. Target: ≤ 2 s on an H200.
 
     python benchmarks/grading_overhead.py [DSL ...] [--out FILE]
 """

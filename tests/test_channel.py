@@ -61,3 +61,37 @@ def test_framed_messages_and_closed_peer():
 def test_ipc_records_that_lie_are_refused_before_any_mapping(record, match):
     with pytest.raises(ValueError, match=match):
         cuda_ipc.import_copies([record], "cuda:0")
+
+
+class _FakeChildSession:
+    """Stands in for a child session: offers IPC records first, then writes the file when asked again without IPC."""
+
+    def __init__(self, workdir, outputs):
+        self.workdir, self.outputs, self.ipc, self.asked = workdir, outputs, True, []
+
+    def request(self, msg, timeout_s):
+        self.asked.append(dict(msg))
+        if msg["ipc"]:
+            records = [{"dtype": "float32", "shape": list(t.shape), "nbytes": t.numel() * 4, "offset": 0,
+                        "handle": "00" * 64, "device": "cpu"} for t in self.outputs]
+            return {"outputs": records, "transport": "ipc", "integrity_problems": []}
+        metas = channel.write_to_file(self.outputs, msg["path"])
+        return {"outputs": [dict(m, device="cpu") for m in metas], "transport": "file", "integrity_problems": []}
+
+
+def test_a_refused_ipc_hand_over_falls_back_to_the_file_for_the_rest_of_the_session(tmp_path, monkeypatch):
+    from metakernelbench.grader import Grader, GraderConfig
+
+    def refuse(records, device):
+        raise cuda_ipc.TransferError("cuIpcOpenMemHandle failed with CUDA driver error 201")
+
+    monkeypatch.setattr(cuda_ipc, "import_copies", refuse)
+    outputs = [torch.randn(4, 8), torch.arange(6, dtype=torch.float32)]
+    session = _FakeChildSession(tmp_path, outputs)
+    grader = Grader(GraderConfig(device="cpu"))
+    got, transport = grader._fetch_outputs(session, max_bytes=1 << 20)
+    assert transport == "file" and session.ipc is False
+    assert [m["ipc"] for m in session.asked] == [True, False]
+    assert all(torch.equal(a, b) for a, b in zip(got, outputs))
+    grader._fetch_outputs(session, max_bytes=1 << 20)
+    assert [m["ipc"] for m in session.asked] == [True, False, False]
