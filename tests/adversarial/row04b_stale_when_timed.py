@@ -1,5 +1,4 @@
-"""Row 4 in the timed calls: honest while checked, then returns unwritten tensors, hoping the allocator hands back the
-memory of the previous result; the poison fill before every call and the re-verified timed calls catch it."""
+"""Row 4 in the timed calls: honest while checked, then returns unwritten tensors; the poison fill and re-verification catch it."""
 import torch
 import tvm_tirx
 from tvm_tirx.script import tirx as T
