@@ -230,6 +230,16 @@ def test_wilson_known_values():
     assert s.wilson(0, 0).estimate is None
 
 
+@pytest.mark.parametrize("n", range(1, 41))
+def test_wilson_bounds_are_exact_at_none_and_all(n):
+    """At 0/n and n/n the interval must touch 0 and 1 exactly: a bound a rounding error inside (0/6 gave 2.8e-17)
+    made the report's error bars negative and the H200 demo's report fail."""
+    assert s.wilson(0, n).low == 0.0 and s.wilson(n, n).high == 1.0
+    for k in range(n + 1):
+        i = s.wilson(k, n)
+        assert i.low <= i.estimate <= i.high
+
+
 def test_mcnemar_matches_binomtest():
     for b, c in [(0, 0), (3, 0), (7, 2), (2, 7), (10, 10), (15, 4), (1, 30)]:
         expect = 1.0 if b + c == 0 else st.binomtest(b, b + c, 0.5).pvalue

@@ -164,8 +164,9 @@ def regression_plot(report: dict, path: Path) -> Path | None:
     for i, arm in enumerate(treated):
         cells = {(c["model"], c["direction"]): c for c in paired[arm]["cells"]}
         rate = [cells[k]["regression_rate"] if k in cells else np.nan for k in labels]
-        lo = [cells[k]["regression_rate"] - cells[k]["regression_rate_ci"]["low"] if k in cells else 0 for k in labels]
-        hi = [cells[k]["regression_rate_ci"]["high"] - cells[k]["regression_rate"] if k in cells else 0
+        lo = [max(0.0, cells[k]["regression_rate"] - cells[k]["regression_rate_ci"]["low"]) if k in cells else 0
+              for k in labels]
+        hi = [max(0.0, cells[k]["regression_rate_ci"]["high"] - cells[k]["regression_rate"]) if k in cells else 0
               for k in labels]
         ax.bar(x + (i - (len(treated) - 1) / 2) * width, rate, width, yerr=[lo, hi], capsize=3, color=_color(arm),
                label=f"{arm} regression rate (95% Wilson)")

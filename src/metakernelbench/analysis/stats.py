@@ -46,7 +46,10 @@ def wilson(successes: int, n: int, confidence: float = 0.95) -> Interval:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), confidence)
+    # At 0/n and n/n the bound is exactly 0 or 1; computed, it comes out a rounding error inside (2.8e-17 at 0/6).
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(p, low, high, confidence)
 
 
 # -- bootstrap over problems ----------------------------------------------------------------------------------
