@@ -71,21 +71,28 @@ def write_to_file(tensors: list[torch.Tensor], path: str) -> list[dict]:
     return metas
 
 
+def output_layout(meta: dict) -> tuple[torch.dtype, list[int], int, int]:
+    """(dtype, shape, offset, nbytes) of one output record the child sent, or ValueError when they disagree."""
+    dtype = getattr(torch, str(meta["dtype"]), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {meta['dtype']!r}")
+    shape = [int(s) for s in meta["shape"]]
+    offset, nbytes = int(meta["offset"]), int(meta["nbytes"])
+    if offset < 0 or nbytes != dtype.itemsize * math.prod(shape):
+        raise ValueError("output metadata does not match the bytes written")
+    return dtype, shape, offset, nbytes
+
+
 def read_from_file(metas: list[dict], path: str, device: str) -> list[torch.Tensor]:
     """Rebuild tensors from the file the child filled, validating every offset and size against the file."""
     array = np.memmap(path, dtype=np.uint8, mode="c")  # copy-on-write: writable views, the file untouched
     tensors = []
     for meta in metas:
-        dtype = getattr(torch, str(meta["dtype"]), None)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"unknown dtype {meta['dtype']!r}")
-        shape = [int(s) for s in meta["shape"]]
-        offset, nbytes = int(meta["offset"]), int(meta["nbytes"])
-        element = torch.empty((), dtype=dtype).element_size()
-        if offset < 0 or offset + nbytes > array.size or nbytes != element * math.prod(shape):
+        dtype, shape, offset, nbytes = output_layout(meta)
+        if offset + nbytes > array.size:
             raise ValueError("output metadata does not match the bytes written")
         raw = torch.from_numpy(np.array(array[offset:offset + nbytes]) if torch.device(device).type == "cpu"
                                else array[offset:offset + nbytes])
-        carrier = raw.view(_CARRIER[element]) if nbytes else torch.empty(0, dtype=_CARRIER[element])
+        carrier = raw.view(_CARRIER[dtype.itemsize]) if nbytes else torch.empty(0, dtype=_CARRIER[dtype.itemsize])
         tensors.append(carrier.to(device).view(dtype).reshape(shape))
     return tensors

@@ -111,7 +111,6 @@ class Runner:
         self.last: dict | None = None
         self.gate = None
         self.solve = None
-        self.l2_reset: bool | None = None
         if self.device_type == "cuda":
             torch.cuda.set_device(torch.device(self.device).index or 0)
             self.sync = torch.cuda.synchronize
@@ -184,8 +183,7 @@ class Runner:
         pristine = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         self._poison(inputs)
         self.flush_buffer.zero_()
-        if self.device_type == "cuda":
-            self.l2_reset = self.reset_l2(torch.device(self.device))
+        l2_reset = self.reset_l2(torch.device(self.device)) if self.device_type == "cuda" else None
         if self.gate is not None:
             self.gate.take()
             self.gate.neutralise = bool(msg.get("ghost"))
@@ -218,7 +216,7 @@ class Runner:
         self.last = {"inputs": inputs, "pristine": pristine, "outputs": outputs}
         self._remember(inputs)
         return {"ms": ms, "host_ms": host_ms, "dsl_ms": dsl_ms, "launches": launches, "threads_started": threads,
-                "threads_alive": threading.active_count(), "l2_reset": self.l2_reset}
+                "threads_alive": threading.active_count(), "l2_reset": l2_reset}
 
     def _launch_clock(self):
         """A timestamp on the device's current stream (GPU) or the host clock (CPU, where launches are synchronous)."""

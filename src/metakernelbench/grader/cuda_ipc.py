@@ -8,10 +8,11 @@ controls nothing but the bytes it returns, exactly as with the file.
 from __future__ import annotations
 
 import ctypes
-import math
 from contextlib import contextmanager
 
 import torch
+
+from metakernelbench.grader import channel
 
 HANDLE_BYTES = 64
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
@@ -96,13 +97,7 @@ def import_copies(records: list[dict], device: str) -> list[torch.Tensor]:
     target = torch.device(device)
     shapes = []
     for record in records:
-        dtype = getattr(torch, str(record["dtype"]), None)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"unknown dtype {record['dtype']!r}")
-        shape = [int(s) for s in record["shape"]]
-        nbytes, offset = int(record["nbytes"]), int(record["offset"])
-        if nbytes != torch.empty((), dtype=dtype).element_size() * math.prod(shape) or offset < 0:
-            raise ValueError("output metadata does not match the bytes handed over")
+        dtype, shape, offset, nbytes = channel.output_layout(record)
         handle = bytes.fromhex(str(record["handle"])) if nbytes else b""
         if nbytes and len(handle) != HANDLE_BYTES:
             raise ValueError("malformed IPC handle")
