@@ -1,4 +1,11 @@
-"""Top-k router in TIRx: per token, k rounds of lane-local + shuffle argmax over ordered integer keys, then softmax."""
+"""Softmax top-k router in TIRx: one thread per token. The k-th largest of the token's group maxima bounds its k-th
+largest logit from below, so only the few logits at or above it (about 10 of 128) are ranked: as exact 64-bit keys
+(value descending, then expert id ascending, the tie rule), by bitonic networks in registers.
+
+The CTA's rows are staged in shared memory with coalesced 16-byte copies; a row stride of an odd number of 16-byte
+chunks lets each thread read its own row without bank conflicts. Logits must be finite or infinite: NaN is outside
+the problem's domain (it is never selected here, where torch's sort ranks it first). On the host (llvm) a plain
+per-token loop does the same selection."""
 import functools
 
 import torch
@@ -9,35 +16,21 @@ from tvm_tirx.script import tirx as T
 
 # Exact expf and division, no flush-to-zero: the default build passes --use_fast_math.
 _NO_FAST_MATH = {"cuda": {"nvcc": [], "nvrtc": []}}
-_THREADS = 128
-_NO_INDEX = 1 << 20  # index of "no candidate"; larger than any expert id, so it loses every tie
+_TOKENS = 32  # tokens per CTA, one thread each
+_GROUP = 8  # logits per group maximum
+_BLOCK = 8  # candidates sorted per block; also the largest top_k
+_FLT_MAX = 3.4028234663852886e38
 
 
-def _lanes(experts, tokens, sms):
-    """Lanes per token: at most 32 logits per lane (fewest instructions per token), but more lanes,
-    hence shorter per-warp instruction chains, while there are too few warps to fill the GPU."""
-    lanes = 2
-    while lanes < 32 and lanes * 32 < experts:
-        lanes *= 2
-    while lanes < 32 and lanes < experts and tokens * lanes < sms * 8 * 32:
-        lanes *= 2
-    return lanes
-
-
-def _layout(experts, lanes):
-    """Floats per load and loads per lane."""
-    vec = 4 if experts % (4 * lanes) == 0 else 1
-    return vec, -(-experts // (lanes * vec))
-
-
-def _kernel(experts, top_k, lanes):
-    if not 1 <= top_k <= experts:
-        raise ValueError(f"top_k={top_k} must be in [1, experts={experts}]")
-    vec, loads = _layout(experts, lanes)
-    per_lane = loads * vec
-    slots = -(-top_k // lanes)  # winners each lane keeps: round r goes to lane r % lanes
-    butterfly_steps = lanes.bit_length() - 1
-    full_mask = 0xFFFFFFFF
+def _kernel(experts, top_k):
+    groups = experts // _GROUP
+    chunks = experts // 4
+    row = experts + 4  # an odd number of 16-byte chunks: a column of 16-byte loads is bank-conflict free
+    code_bits = (experts - 1).bit_length()
+    mask = (1 << code_bits) - 1
+    parts = -(-groups // _BLOCK)  # chunks of group maxima, sorted and folded for the bound
+    bounded = top_k <= groups
+    logb = _BLOCK.bit_length() - 1
     n = T.dynamic("n")
 
     @T.function
@@ -47,104 +40,151 @@ def _kernel(experts, top_k, lanes):
         ID: T.Tensor((n, top_k), T.int32),
     ):
         T.device_entry(
-            launch=T.cuda.LaunchConfig(grid=T.ceildiv(n * lanes, _THREADS), block=_THREADS),
+            launch=T.cuda.LaunchConfig(grid=T.ceildiv(n, _TOKENS), block=_TOKENS),
             backend_config=_NO_FAST_MATH,
         )
-        gtid = T.cuda.block_idx("x") * _THREADS + T.cuda.thread_idx("x")
-        tok = gtid // lanes
-        lane = gtid % lanes
-        # Tail tokens still join every shuffle (full-warp masks), so clamp their row instead of branching.
-        row = T.min(tok, n - 1)
-        lane_off = lane * vec
-        raw = T.alloc_local((per_lane,), T.float32)
-        key = T.alloc_local((per_lane,), T.uint32)
-        win_key = T.alloc_local((slots,), T.uint32)
-        win_id = T.alloc_local((slots,), T.int32)
-        # Lane `lane` holds vectors lane, lane + lanes, ...: each load instruction reads whole 32-byte sectors,
-        # and the lane's experts (s * lanes + lane) * vec + c increase with (s, c).
-        for s in T.unroll(loads):
-            if T.constexpr(vec > 1):
-                raw[s * vec : s * vec + vec] = L[row, T.Ramp((s * lanes + lane) * vec, 1, vec)]
+        t = T.cuda.thread_idx("x")
+        first = T.cuda.block_idx("x") * _TOKENS
+        tok = first + t
+        s_row = T.alloc_shared((_TOKENS * row,), "float32")
+        s_cand = T.alloc_shared((experts * _TOKENS,), "uint8")
+        frag = T.alloc_local((4,), "float32")
+        maxima = T.alloc_local((parts * _BLOCK,), "float32")
+        top = T.alloc_local((_BLOCK,), "float32")
+        best = T.alloc_local((_BLOCK,), "float64")
+        blk = T.alloc_local((_BLOCK,), "float64")
+        # Stage the CTA's rows: pass q copies 16 bytes a thread of consecutive chunks, so every copy is coalesced.
+        for q in T.unroll(chunks):
+            lin = q * _TOKENS + t
+            r = lin // chunks
+            c = lin % chunks
+            s_row[T.Ramp(r * row + c * 4, 1, 4)] = L[T.min(first + r, n - 1), T.Ramp(c * 4, 1, 4)]
+        T.cuda.cta_sync()
+        base = t * row
+        # Bound: the k-th largest group maximum. Those k maxima are distinct logits, so the token's k-th largest
+        # logit is at least the bound: only logits at or above it can be among the top k.
+        for g in T.unroll(parts * _BLOCK):
+            maxima[g] = T.float32(float("-inf"))
+        for g in T.unroll(groups):
+            for h in T.unroll(_GROUP // 4):
+                frag[0:4] = s_row[T.Ramp(base + g * _GROUP + h * 4, 1, 4)]
+                maxima[g] = _fmax(maxima[g], _fmax(_fmax(frag[0], frag[1]), _fmax(frag[2], frag[3])))
+        bound: T.float32 = T.float32(float("-inf"))
+        if T.constexpr(bounded):
+            # Sort each chunk of _BLOCK maxima descending (bitonic network), fold it into the running top.
+            for p in T.unroll(parts):
+                for kk in T.unroll(logb):
+                    for jj in T.unroll(logb):
+                        for i in T.unroll(_BLOCK):
+                            if jj <= kk and (i ^ ((2 << kk) >> (jj + 1))) > i:
+                                a = maxima[p * _BLOCK + i]
+                                b = maxima[p * _BLOCK + (i ^ ((2 << kk) >> (jj + 1)))]
+                                if (i & (2 << kk)) == 0:
+                                    maxima[p * _BLOCK + i] = _fmax(a, b)
+                                    maxima[p * _BLOCK + (i ^ ((2 << kk) >> (jj + 1)))] = _fmin(a, b)
+                                else:
+                                    maxima[p * _BLOCK + i] = _fmin(a, b)
+                                    maxima[p * _BLOCK + (i ^ ((2 << kk) >> (jj + 1)))] = _fmax(a, b)
+                if p == 0:
+                    for i in T.unroll(_BLOCK):
+                        top[i] = maxima[i]
+                else:
+                    for i in T.unroll(_BLOCK):
+                        top[i] = _fmax(top[i], maxima[p * _BLOCK + _BLOCK - 1 - i])
+                    for jj in T.unroll(logb):
+                        for i in T.unroll(_BLOCK):
+                            if (i & (_BLOCK >> (jj + 1))) == 0:
+                                a = top[i]
+                                b = top[i + (_BLOCK >> (jj + 1))]
+                                top[i] = _fmax(a, b)
+                                top[i + (_BLOCK >> (jj + 1))] = _fmin(a, b)
+            bound = top[top_k - 1]
+        # Candidates: ids of this token's logits at or above the bound, slot-major (candidate j of thread t at
+        # j * _TOKENS + t, so a warp's stores rarely share a bank).
+        pos: T.int32 = t
+        for c in T.unroll(chunks):
+            frag[0:4] = s_row[T.Ramp(base + c * 4, 1, 4)]
+            for e in T.unroll(4):
+                if frag[e] >= bound:
+                    s_cand[pos] = T.Cast("uint8", c * 4 + e)
+                    pos = pos + _TOKENS
+        count = (pos - t) // _TOKENS
+        # Top _BLOCK of the candidates: keys of each block of _BLOCK sorted descending, folded into the best.
+        for blk_i in range(T.ceildiv(count, _BLOCK)):
+            for s in T.unroll(_BLOCK):
+                slot = blk_i * _BLOCK + s
+                expert = T.Cast("int32", s_cand[T.min(slot, experts - 1) * _TOKENS + t])
+                blk[s] = T.if_then_else(slot < count, _encode(s_row[base + expert], expert, mask),
+                                        T.float64(float("-inf")))
+            for kk in T.unroll(logb):
+                for jj in T.unroll(logb):
+                    for i in T.unroll(_BLOCK):
+                        if jj <= kk and (i ^ ((2 << kk) >> (jj + 1))) > i:
+                            a = blk[i]
+                            b = blk[i ^ ((2 << kk) >> (jj + 1))]
+                            hi = T.if_then_else(a > b, a, b)
+                            lo = T.if_then_else(a > b, b, a)
+                            if (i & (2 << kk)) == 0:
+                                blk[i] = hi
+                                blk[i ^ ((2 << kk) >> (jj + 1))] = lo
+                            else:
+                                blk[i] = lo
+                                blk[i ^ ((2 << kk) >> (jj + 1))] = hi
+            if blk_i == 0:
+                for i in T.unroll(_BLOCK):
+                    best[i] = blk[i]
             else:
-                if s * lanes + lane < experts:
-                    raw[s] = L[row, s * lanes + lane]
-                else:
-                    raw[s] = T.float32(0.0)
-        for s in T.unroll(loads):
-            for c in T.unroll(vec):
-                if (s * lanes + lane) * vec + c < experts:
-                    # -0.0 becomes +0.0 (torch ties them); the key is monotone in the float value,
-                    # and 0 (below -inf's key) marks "taken" or "absent".
-                    x = raw[s * vec + c]
-                    bits = T.reinterpret(T.if_then_else(x == T.float32(0.0), T.float32(0.0), x), ty="uint32")
-                    key[s * vec + c] = bits ^ (
-                        T.reinterpret(T.shift_right(T.reinterpret(bits, ty="int32"), 31), ty="uint32")
-                        | T.uint32(0x80000000)
-                    )
-                else:
-                    key[s * vec + c] = T.uint32(0)
-        best_key: T.uint32 = 0
-        best_id: T.int32 = 0
-        top_key: T.uint32 = 0
-        rel: T.int32 = -1
-        for r in T.unroll(top_k):
-            best_key = T.uint32(0)
-            best_id = _NO_INDEX
-            # Drop the previous winner (its owner lane matches rel) and rescan in increasing expert order,
-            # so a strict > keeps the lowest index among equal keys.
-            for s in T.unroll(loads):
-                for c in T.unroll(vec):
-                    p = s * lanes * vec + c
-                    if rel == p:
-                        key[s * vec + c] = T.uint32(0)
-                    if key[s * vec + c] > best_key:
-                        best_key = key[s * vec + c]
-                        best_id = p
-            best_id = best_id + lane_off
-            for b in T.unroll(butterfly_steps):
-                o_key = T.cuda.__shfl_xor_sync(T.uint32(full_mask), best_key, lanes >> (b + 1), 32)
-                o_id = T.cuda.__shfl_xor_sync(T.uint32(full_mask), best_id, lanes >> (b + 1), 32)
-                if (o_key > best_key) | ((o_key == best_key) & (o_id < best_id)):
-                    best_key = o_key
-                    best_id = o_id
-            if r == 0:
-                top_key = best_key
-            if lane == r % lanes:
-                win_key[r // lanes] = best_key
-                win_id[r // lanes] = best_id
-            rel = best_id - lane_off
-        top = _key_to_float(top_key)
-        e = T.alloc_local((slots,), T.float32)
-        total: T.float32 = 0.0
-        for j in T.unroll(slots):
-            if j * lanes + lane < top_k:
-                e[j] = T.exp(_key_to_float(win_key[j]) - top)
-                total = total + e[j]
-        total = T.cuda.warp_sum(total, lanes)
+                for i in T.unroll(_BLOCK):
+                    best[i] = T.if_then_else(blk[_BLOCK - 1 - i] > best[i], blk[_BLOCK - 1 - i], best[i])
+                for jj in T.unroll(logb):
+                    for i in T.unroll(_BLOCK):
+                        if (i & (_BLOCK >> (jj + 1))) == 0:
+                            a = best[i]
+                            b = best[i + (_BLOCK >> (jj + 1))]
+                            best[i] = T.if_then_else(a > b, a, b)
+                            best[i + (_BLOCK >> (jj + 1))] = T.if_then_else(a > b, b, a)
+        # Softmax over the k winners; best[0] holds the largest logit.
+        peak = T.Cast("float32", best[0])
+        total: T.float32 = T.float32(0.0)
+        for i in T.unroll(top_k):
+            total = total + T.exp(T.Cast("float32", best[i]) - peak)
         if tok < n:
-            for j in T.unroll(slots):
-                if j * lanes + lane < top_k:
-                    WT[tok, j * lanes + lane] = e[j] / total
-                    ID[tok, j * lanes + lane] = win_id[j]
+            for i in T.unroll(top_k):
+                WT[tok, i] = T.exp(T.Cast("float32", best[i]) - peak) / total
+                ID[tok, i] = _expert(best[i], mask)
 
     return softmax_topk
 
 
-def _key_to_float(k):
-    return T.reinterpret(
-        T.if_then_else(k >= T.uint32(0x80000000), k ^ T.uint32(0x80000000), ~k), ty="float32"
-    )
+def _fmax(a, b):
+    """fmaxf (FMNMX): T.max lowers to NaN-propagating compares and a select."""
+    return T.call_pure_extern("fmaxf", a, b, ty="float32")
+
+
+def _fmin(a, b):
+    return T.call_pure_extern("fminf", a, b, ty="float32")
+
+
+def _encode(v, expert, mask):
+    """A double ordered like (v descending, expert ascending): v widened exactly (-0.0 as +0.0, as torch's sort
+    ties them; infinities as the largest finite floats), its low bits (zero in a widened float) replaced by the
+    expert id, complemented for v >= 0 so that the lower id makes the larger key either way."""
+    finite = _fmin(_fmax(v, T.float32(-_FLT_MAX)), T.float32(_FLT_MAX)) + T.float32(0.0)
+    bits = T.reinterpret(T.Cast("float64", finite), ty="int64")
+    code = T.if_then_else(bits < T.int64(0), T.Cast("int64", expert), T.int64(mask) - T.Cast("int64", expert))
+    return T.reinterpret((bits & T.int64(~mask)) | code, ty="float64")
+
+
+def _expert(key, mask):
+    bits = T.reinterpret(key, ty="int64")
+    code = T.Cast("int32", bits & T.int64(mask))
+    return T.if_then_else(bits < T.int64(0), code, T.int32(mask) - code)
 
 
 @functools.cache
-def _compiled(experts, top_k, lanes, arch):
+def _compiled(experts, top_k, arch):
     target = tvm_tirx.target.Target({"kind": "cuda", "arch": arch})
-    return tvm_tirx.tirx.compile(_kernel(experts, top_k, lanes), target=target)
-
-
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    return tvm_tirx.tirx.compile(_kernel(experts, top_k), target=target)
 
 
 @functools.cache
@@ -204,6 +244,11 @@ def _solve_cpu(logits, top_k):
     return weights, ids
 
 
+def _arch(device):
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+
+
 def solve(logits, top_k):
     if not logits.is_cuda:
         return _solve_cpu(logits, top_k)
@@ -211,15 +256,15 @@ def solve(logits, top_k):
         raise TypeError("softmax_topk tirx kernel takes 2-D fp32 logits")
     top_k = int(top_k)
     tokens, experts = logits.shape
+    if experts % _GROUP or experts > 256 or not 1 <= top_k <= min(experts, _BLOCK):
+        raise ValueError(f"softmax_topk tirx kernel: experts a multiple of {_GROUP} up to 256, top_k up to {_BLOCK}")
     logits = logits.contiguous()
-    if tokens * max(experts, 32) >= 2**31:  # element offsets and thread ids (<= 32 lanes a token) are int32
-        raise ValueError("too many tokens for the kernel's 32-bit indexing")
+    if logits.numel() >= 2**31:
+        raise ValueError("too many logits for the kernel's 32-bit indexing")
     weights = torch.empty((tokens, top_k), dtype=torch.float32, device=logits.device)
     ids = torch.empty((tokens, top_k), dtype=torch.int32, device=logits.device)
     if tokens > 0:
-        sms = torch.cuda.get_device_properties(logits.device).multi_processor_count
-        lanes = _lanes(experts, tokens, sms)
-        _compiled(experts, top_k, lanes, _arch(logits.device))(logits, weights, ids)
+        _compiled(experts, top_k, _arch(logits.device))(logits, weights, ids)
     return weights, ids
 
 
@@ -233,7 +278,6 @@ def _nvcc_build(ex, what):
 
 
 def compile_for(arch: str) -> None:
-    """Compile the kernels solve launches at the full and odd sizes (32768 and 3001 tokens, 128 experts, top 8;
-    lanes as chosen on a 132-SM H200) to device binaries for `arch`."""
-    for lanes in sorted({_lanes(128, tokens, 132) for tokens in (32768, 3001)}):
-        _nvcc_build(_compiled(128, 8, lanes, arch), f"lanes={lanes}")
+    """Compile the kernel solve launches at the full and odd sizes (128 experts, top 8; tokens are dynamic) to a
+    device binary for `arch`."""
+    _nvcc_build(_compiled(128, 8, arch), "experts=128, top_k=8")
