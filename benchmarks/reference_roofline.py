@@ -11,7 +11,6 @@ pays); its kernel is the only one on unsigned chars, which is how the profiler t
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 
@@ -78,10 +77,7 @@ def main() -> None:
         moved = problem.bytes_moved(inputs, outputs)
         candidates = [("eager", problem.module.reference)]
         for dsl in args.dsl.split(","):
-            spec = importlib.util.spec_from_file_location(f"ref_{dsl}_{problem.number}", problem.solution_path(dsl))
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            candidates.append((dsl, module.solve))
+            candidates.append((dsl, problem.load_solution(dsl).solve))
         for label, fn in candidates:
             ms, kernel_ms = device_ms(fn, problem, device, size)
             row = {"problem": problem.id, "solution": label, "size": size, "device_ms": ms, "kernel_ms": kernel_ms,

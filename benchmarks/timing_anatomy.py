@@ -5,7 +5,6 @@ harness with each harness step switched off in turn, against a plain same-input 
 """
 from __future__ import annotations
 
-import importlib.util
 import socket
 import statistics
 import sys
@@ -56,10 +55,8 @@ def main():
     inputs = problem.make_inputs(1, "cuda:0", problem.timed_size("cuda"))
     rows = [("eager plain loop (same inputs, back to back)", plain_ms(problem.module.reference, inputs), None)]
     for dsl in dsls:
-        spec = importlib.util.spec_from_file_location(f"solution_{dsl}", problem.solution_path(dsl))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        rows.append((f"{dsl} plain loop (same inputs, back to back)", plain_ms(module.solve, inputs), None))
+        solve = problem.load_solution(dsl).solve
+        rows.append((f"{dsl} plain loop (same inputs, back to back)", plain_ms(solve, inputs), None))
     for mode, dsl in [("eager", None)] + [("candidate", d) for d in dsls]:
         label = dsl or "eager"
         for poison, keep in ((True, True), (False, True), (True, False), (False, False)):

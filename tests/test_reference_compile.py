@@ -5,7 +5,7 @@ The GPU truth (they pass the grader on an H200) is the recorded run under valida
 import pytest
 
 from metakernelbench.dsl import DSL_NAMES, get_adapter
-from metakernelbench.suite import load_suite
+from metakernelbench.suite import load_problem, load_suite
 
 VARIANTS = [(p, dsl) for p in load_suite() for dsl in DSL_NAMES]
 
@@ -20,20 +20,11 @@ def test_reference_solution_is_legal_and_compiles_for_sm90a(problem, dsl):
     assert check.ok, check.error
 
 
-def _load_solution(problem_number: int, dsl: str):
-    import importlib.util
-    problem = next(p for p in load_suite() if p.number == problem_number)
-    spec = importlib.util.spec_from_file_location(f"ref_{dsl}_{problem_number}", problem.solution_path(dsl))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("n", [2, 4, 8, 16])
 def test_router_sorting_networks_sort_every_zero_one_input(n):
     """The CuTe router builds its comparator networks in Python; by the 0-1 principle a network sorts everything
     when it sorts every 0/1 input. The H200 validation covers only the networks of top 8."""
-    router = _load_solution(53, "cute")
+    router = load_problem("53").load_solution("cute")
     ce = lambda a, b: (max(a, b), min(a, b))  # noqa: E731
     for bits in range(1 << n):
         xs = [(bits >> i) & 1 for i in range(n)]

@@ -52,6 +52,11 @@ class Problem:
     def solution_path(self, dsl: str) -> Path:
         return self.path.parent / f"{dsl}.py"
 
+    def load_solution(self, dsl: str) -> ModuleType:
+        """Import the hidden reference solution: trusted code, for benchmarks and tests (the grader imports
+        candidates in its child)."""
+        return _load_module(self.solution_path(dsl))
+
     def check_sizes(self, device_type: str) -> tuple[str, ...]:
         """Sizes checked for correctness: the CPU ones on a CPU, the others on a GPU; several catch hard-coded shapes."""
         on_cpu = [s for s in self.sizes if s.startswith("cpu")]
