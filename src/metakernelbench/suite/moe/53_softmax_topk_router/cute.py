@@ -1,10 +1,13 @@
 """Softmax top-k router in CuTe DSL: one thread per token. The k-th largest of the token's group maxima bounds its
-k-th largest logit from below, so only the few logits at or above it (about 10 of 128) are ranked: as exact 64-bit
-keys (value descending, then expert id ascending, the tie rule), by sorting networks in registers.
+k-th largest logit from below, so only the few logits at or above it (about 10 of 128) are candidates. Their ids are
+compacted in ascending order; the first SLOTS of them are ranked by pairwise compares, where slot order breaks ties
+(equal logits go to the lower expert id, torch's stable-sort rule), and the rare later candidates are inserted.
 
-The CTA's rows are staged in shared memory with coalesced cp.async copies; a row stride of an odd number of 16-byte
-chunks lets each thread read its own row with conflict-free 16-byte loads. Logits must be finite or infinite: NaN
-is outside the problem's domain (it is never selected here, where torch's sort ranks it first)."""
+The GPU is latency-bound here: 32768 tokens are only two warps per scheduler, so every instruction after the loads
+land is on the critical path, and the kernel is built to spend few. The CTA's rows are staged in shared memory with
+coalesced cp.async copies; a row stride of an odd number of 16-byte chunks lets each thread read its own row with
+conflict-free 16-byte loads. Logits must be finite or infinite: NaN is outside the problem's domain (it is never
+selected here, where torch's sort ranks it first)."""
 import functools
 
 import torch
@@ -12,10 +15,14 @@ import torch
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
+from cutlass._mlir.dialects import llvm
 from cutlass.cute.runtime import make_fake_stream, make_ptr
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 TOKENS = 32  # tokens per CTA, one thread each
 GROUP = 8  # logits per group maximum
+SLOTS = 16  # candidates ranked in registers; a token has more about 3% of the time
+ONE = 0x3F800000  # the bits of 1.0f, 127 << 23; 127 is invertible mod 512 (127 * 383 = 1 mod 512)
 
 
 def _batcher(n):
@@ -74,24 +81,20 @@ def _fce(a, b):
     return cute.arch.fmax(a, b), cute.arch.fmin(a, b)
 
 
-def _dce(a, b):
-    """Compare-exchange of two keys: one DSETP and four selects. Keys are never NaN and never equal, and sm_90
-    has no DMNMX: max.f64 becomes a DSETP.MAX, selects and NaN fix-ups."""
-    first = a > b
-    return cutlass.Float64(cutlass.select_(first, a, b)), cutlass.Float64(cutlass.select_(first, b, a))
-
-
-def _dmax(a, b):
-    return cutlass.Float64(cutlass.select_(a > b, a, b))
+@dsl_user_op
+def _ge_one(a, b, *, loc=None, ip=None):
+    """The bits of 1.0f where a >= b, else 0: one FSET.BF (a compare and a select when written as a select_)."""
+    return cutlass.Int32(llvm.inline_asm(
+        T.i32(), [cutlass.Float32(a).ir_value(loc=loc, ip=ip), cutlass.Float32(b).ir_value(loc=loc, ip=ip)],
+        "set.ge.f32.f32 $0, $1, $2;", "=r,f,f", has_side_effects=False, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT))
 
 
 class _TopKRouter:
     def __init__(self, experts: int, top_k: int):
         self.E, self.K = experts, top_k
-        self.S = max(8, 1 << (top_k - 1).bit_length())  # candidates sorted per block
         self.groups = experts // GROUP
         self.row = experts + 4  # an odd number of 16-byte chunks: a column of LDS.128 is bank-conflict free
-        self.code_bits = (experts - 1).bit_length()
 
     @cute.jit
     def __call__(self, pL: cute.Pointer, pW: cute.Pointer, pI: cute.Pointer, tokens: cutlass.Int32,
@@ -106,24 +109,43 @@ class _TopKRouter:
     def kernel(self, mL: cute.Tensor, mW: cute.Tensor, mI: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
-        E, K, S = self.E, self.K, self.S
+        E, K = self.E, self.K
         n = mL.shape[0]
         first = bidx * TOKENS
         tok = first + tidx
         sRow = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, TOKENS * self.row, 16),
                                 cute.make_layout((TOKENS, self.row), stride=(self.row, 1)))
         sCand = cute.make_tensor(cute.arch.alloc_smem(cutlass.Uint8, TOKENS * E, 16), cute.make_layout(TOKENS * E))
+        # The ranked top k, slot-major; rank k is a scratch slot shared by every candidate ranked below it.
+        sTopV = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, TOKENS * (K + 1), 16),
+                                 cute.make_layout(TOKENS * (K + 1)))
+        sTopI = cute.make_tensor(cute.arch.alloc_smem(cutlass.Int32, TOKENS * (K + 1), 16),
+                                 cute.make_layout(TOKENS * (K + 1)))
 
-        # Stage the CTA's rows: instruction r copies row r, 16 bytes a thread, so every copy is coalesced.
+        # Stage the CTA's rows: every copy instruction is coalesced.
         chunks = E // 4
         g2s = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), cutlass.Float32, num_bits_per_copy=128)
-        for q in cutlass.range_constexpr(chunks):
-            lin = q * TOKENS + tidx
-            r = lin // chunks
-            c = lin % chunks
-            src_row = cutlass.min(first + r, n - 1)  # tail rows repeat the last token; their results are not stored
-            cute.copy(g2s, cute.zipped_divide(mL[src_row, None], (4,))[None, c],
-                      cute.zipped_divide(sRow[r, None], (4,))[None, c])
+        if cutlass.const_expr(chunks == TOKENS):
+            # Copy q moves row q; a full CTA's rows are contiguous, so its copies need no address arithmetic.
+            if first + TOKENS <= n:
+                mCta = cute.make_tensor(mL.iterator + cute.assume(first * E, divby=E),
+                                        cute.make_layout((TOKENS, E), stride=(E, 1)))
+                for q in cutlass.range_constexpr(TOKENS):
+                    cute.copy(g2s, cute.zipped_divide(mCta[q, None], (4,))[None, tidx],
+                              cute.zipped_divide(sRow[q, None], (4,))[None, tidx])
+            else:
+                for q in cutlass.range_constexpr(TOKENS):
+                    src_row = cutlass.min(first + q, n - 1)  # tail rows repeat the last token; never stored
+                    cute.copy(g2s, cute.zipped_divide(mL[src_row, None], (4,))[None, tidx],
+                              cute.zipped_divide(sRow[q, None], (4,))[None, tidx])
+        else:
+            for q in cutlass.range_constexpr(chunks):
+                lin = q * TOKENS + tidx
+                r = lin // chunks
+                c = lin % chunks
+                src_row = cutlass.min(first + r, n - 1)
+                cute.copy(g2s, cute.zipped_divide(mL[src_row, None], (4,))[None, c],
+                          cute.zipped_divide(sRow[r, None], (4,))[None, c])
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
         cute.arch.barrier()
@@ -134,6 +156,7 @@ class _TopKRouter:
 
         # Bound: the k-th largest group maximum. Those k maxima are distinct logits, so the token's k-th largest
         # logit is at least the bound, and only logits at or above it can be among the top k.
+        S = GROUP
         maxima = []
         for g in cutlass.range_constexpr(self.groups):
             vals = []
@@ -153,84 +176,79 @@ class _TopKRouter:
         else:
             bound = ninf
 
-        # Candidates: the ids of this token's logits at or above the bound, in shared memory, slot-major (candidate
-        # j of thread t at j * TOKENS + t, so the warp's stores rarely share a bank). The write position itself is
-        # the counter: a logit costs a compare, a predicated store and a predicated increment.
-        start = tidx
-        pos = start
+        # Candidates: the ids of this token's logits at or above the bound, ascending, in shared memory slot-major
+        # (candidate j of thread t at j * TOKENS + t, so the warp's stores rarely share a bank). The write position
+        # itself is the counter: a logit costs a compare, a predicated store and a predicated increment.
+        pos = tidx
         for c in cutlass.range_constexpr(chunks):
             cute.autovec_copy(mine[None, c], frag)
             for e in cutlass.range_constexpr(4):
                 if frag[e] >= bound:
                     sCand[pos] = cutlass.Uint8(c * 4 + e)
                     pos = pos + TOKENS
-        count = (pos - start) // TOKENS
+        count = (pos - tidx) // TOKENS
 
-        # Top S of the candidates: sort each block of S keys, fold it into the running top S.
-        best = cute.make_rmem_tensor((S,), cutlass.Float64)
-        self._block_keys(sRow, sCand, tidx, count, 0, best)
-        cur = _sort_desc([best[i] for i in range(S)], _dce)
-        for i in cutlass.range_constexpr(S):
-            best[i] = cur[i]
-        blk = cute.make_rmem_tensor((S,), cutlass.Float64)
-        for b in cutlass.range(1, (count + S - 1) // S):
-            self._block_keys(sRow, sCand, tidx, count, b * S, blk)
-            new = _sort_desc([blk[i] for i in range(S)], _dce)
-            cur = _bitonic_desc([_dmax(best[i], new[S - 1 - i]) for i in range(S)], _dce)
-            for i in cutlass.range_constexpr(S):
-                best[i] = cur[i]
+        # Rank the first SLOTS candidates (-inf past the last one): slot i ranks above slot j > i unless v_j > v_i.
+        # Each pair is one FSET whose 1.0f bits are summed; rank * ONE mod 2**32 still determines the rank.
+        ids = []
+        vals = []
+        for s in cutlass.range_constexpr(SLOTS):
+            expert = cutlass.Int32(sCand[cutlass.min(s, E - 1) * TOKENS + tidx])
+            ids.append(expert)
+            vals.append(cutlass.Float32(cutlass.select_(s < count, sRow[tidx, expert], ninf)))
+        above = [[] for _ in range(SLOTS)]  # terms that count a slot ranked above this one
+        beaten = [[] for _ in range(SLOTS)]  # terms that count a later slot this one ranks above
+        for i in cutlass.range_constexpr(SLOTS):
+            for j in cutlass.range_constexpr(i + 1, SLOTS):
+                c = _ge_one(vals[i], vals[j])
+                above[j].append(c)
+                beaten[i].append(c)
+        for i in cutlass.range_constexpr(SLOTS):
+            start = ((SLOTS - 1 - i) * ONE) % (1 << 32)  # as if every later slot ranked above slot i
+            code = cutlass.Int32(start - (1 << 32) if start >= 1 << 31 else start)
+            for x in above[i]:
+                code = code + x
+            for x in beaten[i]:
+                code = code - x
+            rank = ((code >> 23) * 383) & 511
+            at = cutlass.min(rank, K) * TOKENS + tidx
+            sTopV[at] = vals[i]
+            sTopI[at] = ids[i]
+        topV = cute.make_rmem_tensor((K,), cutlass.Float32)
+        topI = cute.make_rmem_tensor((K,), cutlass.Int32)
+        for p in cutlass.range_constexpr(K):
+            topV[p] = sTopV[p * TOKENS + tidx]
+            topI[p] = sTopI[p * TOKENS + tidx]
 
-        # Softmax over the k winners; best[0] holds the largest logit.
+        # Later candidates have higher ids than every kept one, so only a strictly larger logit enters.
+        for s in cutlass.range(SLOTS, count):
+            expert = cutlass.Int32(sCand[s * TOKENS + tidx])
+            v = sRow[tidx, expert]
+            if v > topV[K - 1]:
+                for p in cutlass.range_constexpr(K - 1, 0, -1):
+                    shift = v > topV[p - 1]
+                    take = v > topV[p]
+                    topV[p] = cutlass.Float32(cutlass.select_(take, cutlass.select_(shift, topV[p - 1], v), topV[p]))
+                    topI[p] = cutlass.Int32(cutlass.select_(take, cutlass.select_(shift, topI[p - 1], expert),
+                                                            topI[p]))
+                lead = v > topV[0]
+                topV[0] = cutlass.Float32(cutlass.select_(lead, v, topV[0]))
+                topI[0] = cutlass.Int32(cutlass.select_(lead, expert, topI[0]))
+
+        # Softmax over the k winners; topV[0] is the largest logit. One reciprocal, refined by a Newton step.
         rW = cute.make_rmem_tensor((K,), cutlass.Float32)
-        rI = cute.make_rmem_tensor((K,), cutlass.Int32)
-        peak = best[0].to(cutlass.Float32)
         total = cutlass.Float32(0.0)
-        for i in cutlass.range_constexpr(K):
-            v, expert = _decode(best[i], self.code_bits)
-            x = cute.math.exp(v - peak)
-            rW[i] = x
-            rI[i] = expert
+        for p in cutlass.range_constexpr(K):
+            x = cute.math.exp(topV[p] - topV[0])
+            rW[p] = x
             total = total + x
-        for i in cutlass.range_constexpr(K):
-            rW[i] = rW[i] / total
+        inv = cute.arch.rcp_approx(total)
+        inv = inv * (cutlass.Float32(2.0) - total * inv)
+        for p in cutlass.range_constexpr(K):
+            rW[p] = rW[p] * inv
         if tok < n:
             cute.autovec_copy(rW, mW[tok, None])
-            cute.autovec_copy(rI, mI[tok, None])
-
-    @cute.jit
-    def _block_keys(self, sRow: cute.Tensor, sCand: cute.Tensor, t: cutlass.Int32, count: cutlass.Int32,
-                    start: cutlass.Int32, keys: cute.Tensor):
-        """Keys of candidates start .. start + S - 1; -inf past the last candidate (it ranks below every key)."""
-        for s in cutlass.range_constexpr(self.S):
-            slot = start + s
-            expert = cutlass.Int32(sCand[cutlass.min(slot, self.E - 1) * TOKENS + t])
-            key = _encode(sRow[t, expert], expert, self.code_bits)
-            keys[s] = cutlass.Float64(cutlass.select_(slot < count, key, cutlass.Float64(-float("inf"))))
-
-
-_FLT_MAX = 3.4028234663852886e38
-
-
-@cute.jit
-def _encode(v: cutlass.Float32, expert: cutlass.Int32, code_bits: cutlass.Constexpr) -> cutlass.Float64:
-    """A double ordered like (v descending, expert ascending): v widened exactly (-0.0 as +0.0, as torch's sort
-    ties them; infinities clamped to the largest finite floats), its low code_bits (zero in a widened float)
-    replaced by the expert id, complemented for v >= 0 so that the lower id is the larger key either way."""
-    finite = cute.arch.fmin(cute.arch.fmax(v, cutlass.Float32(-_FLT_MAX)), cutlass.Float32(_FLT_MAX))
-    d = cutlass.Float64(finite + cutlass.Float32(0.0))
-    bits = d.bitcast(cutlass.Int64)
-    mask = (1 << code_bits) - 1
-    code = cutlass.Int64(cutlass.select_(bits < 0, expert, mask - expert))
-    return ((bits & cutlass.Int64(~mask)) | code).bitcast(cutlass.Float64)
-
-
-@cute.jit
-def _decode(key: cutlass.Float64, code_bits: cutlass.Constexpr):
-    bits = key.bitcast(cutlass.Int64)
-    mask = (1 << code_bits) - 1
-    code = cutlass.Int32(bits & cutlass.Int64(mask))
-    expert = cutlass.Int32(cutlass.select_(bits < 0, code, mask - code))
-    return key.to(cutlass.Float32), expert
+            cute.autovec_copy(topI, mI[tok, None])
 
 
 @functools.lru_cache(maxsize=None)
@@ -254,6 +272,8 @@ def solve(logits, top_k):
     top_k = int(top_k)
     if not 0 < top_k <= experts:
         raise ValueError(f"softmax_topk_router cute: top_k={top_k} must lie in [1, {experts}]")
+    if top_k > SLOTS // 2:
+        raise ValueError(f"softmax_topk_router cute: top_k={top_k} above {SLOTS // 2} is not supported")
     if logits.dtype != torch.float32 or experts % GROUP or experts > 256:
         raise ValueError("softmax_topk_router cute: fp32 logits, experts a multiple of 8 and at most 256")
     logits = logits.contiguous()

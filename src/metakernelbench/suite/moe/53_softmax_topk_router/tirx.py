@@ -1,6 +1,7 @@
 """Softmax top-k router in TIRx: one thread per token. The k-th largest of the token's group maxima bounds its k-th
-largest logit from below, so only the few logits at or above it (about 10 of 128) are ranked: as exact 64-bit keys
-(value descending, then expert id ascending, the tie rule), by bitonic networks in registers.
+largest logit from below, so only the few logits at or above it (about 10 of 128) are candidates. Their ids are
+compacted in ascending order; the first _SLOTS of them are ranked by pairwise compares, where slot order breaks ties
+(equal logits go to the lower expert id, torch's stable-sort rule), and the rare later candidates are inserted.
 
 The CTA's rows are staged in shared memory with coalesced 16-byte copies; a row stride of an odd number of 16-byte
 chunks lets each thread read its own row without bank conflicts. Logits must be finite or infinite: NaN is outside
@@ -18,7 +19,9 @@ from tvm_tirx.script import tirx as T
 _NO_FAST_MATH = {"cuda": {"nvcc": [], "nvrtc": []}}
 _TOKENS = 32  # tokens per CTA, one thread each
 _GROUP = 8  # logits per group maximum
-_BLOCK = 8  # candidates sorted per block; also the largest top_k
+_BLOCK = 8  # group maxima sorted per block for the bound; also the largest top_k
+_SLOTS = 16  # candidates ranked in registers; a token has more about 3% of the time
+_ONE = 0x3F800000  # the bits of 1.0f, 127 << 23; 127 is invertible mod 512 (127 * 383 = 1 mod 512)
 _FLT_MAX = 3.4028234663852886e38
 
 
@@ -26,8 +29,6 @@ def _kernel(experts, top_k):
     groups = experts // _GROUP
     chunks = experts // 4
     row = experts + 4  # an odd number of 16-byte chunks: a column of 16-byte loads is bank-conflict free
-    code_bits = (experts - 1).bit_length()
-    mask = (1 << code_bits) - 1
     parts = -(-groups // _BLOCK)  # chunks of group maxima, sorted and folded for the bound
     bounded = top_k <= groups
     logb = _BLOCK.bit_length() - 1
@@ -47,18 +48,33 @@ def _kernel(experts, top_k):
         first = T.cuda.block_idx("x") * _TOKENS
         tok = first + t
         s_row = T.alloc_shared((_TOKENS * row,), "float32")
-        s_cand = T.alloc_shared((experts * _TOKENS,), "uint8")
+        s_cand = T.alloc_shared(((experts + 1) * _TOKENS,), "uint8")
+        # The ranked top k, slot-major; rank top_k is a scratch slot shared by every candidate ranked below it.
+        s_top_v = T.alloc_shared(((top_k + 1) * _TOKENS,), "float32")
+        s_top_i = T.alloc_shared(((top_k + 1) * _TOKENS,), "int32")
         frag = T.alloc_local((4,), "float32")
         maxima = T.alloc_local((parts * _BLOCK,), "float32")
         top = T.alloc_local((_BLOCK,), "float32")
-        best = T.alloc_local((_BLOCK,), "float64")
-        blk = T.alloc_local((_BLOCK,), "float64")
-        # Stage the CTA's rows: pass q copies 16 bytes a thread of consecutive chunks, so every copy is coalesced.
-        for q in T.unroll(chunks):
-            lin = q * _TOKENS + t
-            r = lin // chunks
-            c = lin % chunks
-            s_row[T.Ramp(r * row + c * 4, 1, 4)] = L[T.min(first + r, n - 1), T.Ramp(c * 4, 1, 4)]
+        vals = T.alloc_local((_SLOTS,), "float32")
+        ids = T.alloc_local((_SLOTS,), "int32")
+        rank = T.alloc_local((_SLOTS,), "uint32")
+        top_v = T.alloc_local((top_k,), "float32")
+        top_i = T.alloc_local((top_k,), "int32")
+        # Stage the CTA's rows: every copy is coalesced. With 32 chunks a row, pass q copies row q, and a full
+        # CTA's rows are contiguous, so its copies need no address arithmetic.
+        if T.constexpr(chunks == _TOKENS):
+            if first + _TOKENS <= n:
+                for q in T.unroll(_TOKENS):
+                    s_row[T.Ramp(q * row + t * 4, 1, 4)] = L[first + q, T.Ramp(t * 4, 1, 4)]
+            else:
+                for q in T.unroll(_TOKENS):
+                    s_row[T.Ramp(q * row + t * 4, 1, 4)] = L[T.min(first + q, n - 1), T.Ramp(t * 4, 1, 4)]
+        else:
+            for q in T.unroll(chunks):
+                lin = q * _TOKENS + t
+                r = lin // chunks
+                c = lin % chunks
+                s_row[T.Ramp(r * row + c * 4, 1, 4)] = L[T.min(first + r, n - 1), T.Ramp(c * 4, 1, 4)]
         T.cuda.cta_sync()
         base = t * row
         # Bound: the k-th largest group maximum. Those k maxima are distinct logits, so the token's k-th largest
@@ -99,59 +115,63 @@ def _kernel(experts, top_k):
                                 top[i] = _fmax(a, b)
                                 top[i + (_BLOCK >> (jj + 1))] = _fmin(a, b)
             bound = top[top_k - 1]
-        # Candidates: ids of this token's logits at or above the bound, slot-major (candidate j of thread t at
-        # j * _TOKENS + t, so a warp's stores rarely share a bank).
+        # Candidates: ids of this token's logits at or above the bound, ascending, slot-major (candidate j of
+        # thread t at j * _TOKENS + t, so a warp's stores rarely share a bank).
         pos: T.int32 = t
         for c in T.unroll(chunks):
             frag[0:4] = s_row[T.Ramp(base + c * 4, 1, 4)]
             for e in T.unroll(4):
-                if frag[e] >= bound:
-                    s_cand[pos] = T.Cast("uint8", c * 4 + e)
-                    pos = pos + _TOKENS
+                s_cand[pos] = T.Cast("uint8", c * 4 + e)
+                pos = pos + T.if_then_else(frag[e] >= bound, _TOKENS, 0)
         count = (pos - t) // _TOKENS
-        # Top _BLOCK of the candidates: keys of each block of _BLOCK sorted descending, folded into the best.
-        for blk_i in range(T.ceildiv(count, _BLOCK)):
-            for s in T.unroll(_BLOCK):
-                slot = blk_i * _BLOCK + s
-                expert = T.Cast("int32", s_cand[T.min(slot, experts - 1) * _TOKENS + t])
-                blk[s] = T.if_then_else(slot < count, _encode(s_row[base + expert], expert, mask),
-                                        T.float64(float("-inf")))
-            for kk in T.unroll(logb):
-                for jj in T.unroll(logb):
-                    for i in T.unroll(_BLOCK):
-                        if jj <= kk and (i ^ ((2 << kk) >> (jj + 1))) > i:
-                            a = blk[i]
-                            b = blk[i ^ ((2 << kk) >> (jj + 1))]
-                            hi = T.if_then_else(a > b, a, b)
-                            lo = T.if_then_else(a > b, b, a)
-                            if (i & (2 << kk)) == 0:
-                                blk[i] = hi
-                                blk[i ^ ((2 << kk) >> (jj + 1))] = lo
-                            else:
-                                blk[i] = lo
-                                blk[i ^ ((2 << kk) >> (jj + 1))] = hi
-            if blk_i == 0:
-                for i in T.unroll(_BLOCK):
-                    best[i] = blk[i]
-            else:
-                for i in T.unroll(_BLOCK):
-                    best[i] = T.if_then_else(blk[_BLOCK - 1 - i] > best[i], blk[_BLOCK - 1 - i], best[i])
-                for jj in T.unroll(logb):
-                    for i in T.unroll(_BLOCK):
-                        if (i & (_BLOCK >> (jj + 1))) == 0:
-                            a = best[i]
-                            b = best[i + (_BLOCK >> (jj + 1))]
-                            best[i] = T.if_then_else(a > b, a, b)
-                            best[i + (_BLOCK >> (jj + 1))] = T.if_then_else(a > b, b, a)
-        # Softmax over the k winners; best[0] holds the largest logit.
-        peak = T.Cast("float32", best[0])
+        # Rank the first _SLOTS candidates (-inf past the last one): slot i ranks above slot j > i unless
+        # v_j > v_i.
+        for s in T.unroll(_SLOTS):
+            ids[s] = T.Cast("int32", s_cand[T.min(s, experts - 1) * _TOKENS + t])
+            vals[s] = T.if_then_else(s < count, s_row[base + ids[s]], T.float32(float("-inf")))
+            rank[s] = T.Cast("uint32", _SLOTS - 1 - s) * T.uint32(_ONE)  # as if every later slot ranked above
+        for i in T.unroll(_SLOTS):
+            for j in T.unroll(_SLOTS):
+                if j > i:
+                    # 1.0f where slot i ranks above slot j: the bits of one FSET; rank * _ONE mod 2**32 is summed
+                    above = T.reinterpret(T.Cast("float32", vals[i] >= vals[j]), ty="uint32")
+                    rank[j] = rank[j] + above
+                    rank[i] = rank[i] - above
+        for i in T.unroll(_SLOTS):
+            at = T.min(T.Cast("int32", ((rank[i] >> T.uint32(23)) * T.uint32(383)) & T.uint32(511)), top_k) * _TOKENS + t
+            s_top_v[at] = vals[i]
+            s_top_i[at] = ids[i]
+        for p in T.unroll(top_k):
+            top_v[p] = s_top_v[p * _TOKENS + t]
+            top_i[p] = s_top_i[p * _TOKENS + t]
+        # Later candidates have higher ids than every kept one, so only a strictly larger logit enters.
+        for s in range(T.max(count - _SLOTS, 0)):
+            expert = T.Cast("int32", s_cand[(s + _SLOTS) * _TOKENS + t])
+            v = s_row[base + expert]
+            if v > top_v[top_k - 1]:
+                for q in T.unroll(top_k - 1):
+                    p = top_k - 1 - q
+                    if v > top_v[p]:
+                        if v > top_v[p - 1]:
+                            top_v[p] = top_v[p - 1]
+                            top_i[p] = top_i[p - 1]
+                        else:
+                            top_v[p] = v
+                            top_i[p] = expert
+                if v > top_v[0]:
+                    top_v[0] = v
+                    top_i[0] = expert
+        # Softmax over the k winners; top_v[0] is the largest logit.
+        peak: T.float32 = top_v[0]
         total: T.float32 = T.float32(0.0)
-        for i in T.unroll(top_k):
-            total = total + T.exp(T.Cast("float32", best[i]) - peak)
+        for p in T.unroll(top_k):
+            top_v[p] = T.exp(top_v[p] - peak)
+            total = total + top_v[p]
+        inv = T.float32(1.0) / total
         if tok < n:
-            for i in T.unroll(top_k):
-                WT[tok, i] = T.exp(T.Cast("float32", best[i]) - peak) / total
-                ID[tok, i] = _expert(best[i], mask)
+            for p in T.unroll(top_k):
+                WT[tok, p] = top_v[p] * inv
+                ID[tok, p] = top_i[p]
 
     return softmax_topk
 
@@ -163,22 +183,6 @@ def _fmax(a, b):
 
 def _fmin(a, b):
     return T.call_pure_extern("fminf", a, b, ty="float32")
-
-
-def _encode(v, expert, mask):
-    """A double ordered like (v descending, expert ascending): v widened exactly (-0.0 as +0.0, as torch's sort
-    ties them; infinities as the largest finite floats), its low bits (zero in a widened float) replaced by the
-    expert id, complemented for v >= 0 so that the lower id makes the larger key either way."""
-    finite = _fmin(_fmax(v, T.float32(-_FLT_MAX)), T.float32(_FLT_MAX)) + T.float32(0.0)
-    bits = T.reinterpret(T.Cast("float64", finite), ty="int64")
-    code = T.if_then_else(bits < T.int64(0), T.Cast("int64", expert), T.int64(mask) - T.Cast("int64", expert))
-    return T.reinterpret((bits & T.int64(~mask)) | code, ty="float64")
-
-
-def _expert(key, mask):
-    bits = T.reinterpret(key, ty="int64")
-    code = T.Cast("int32", bits & T.int64(mask))
-    return T.if_then_else(bits < T.int64(0), code, T.int32(mask) - code)
 
 
 @functools.cache
