@@ -22,7 +22,6 @@ _GROUP = 8  # logits per group maximum
 _BLOCK = 8  # group maxima sorted per block for the bound; also the largest top_k
 _SLOTS = 16  # candidates ranked in registers; a token has more about 3% of the time
 _ONE = 0x3F800000  # the bits of 1.0f, 127 << 23; 127 is invertible mod 512 (127 * 383 = 1 mod 512)
-_FLT_MAX = 3.4028234663852886e38
 
 
 def _kernel(experts, top_k):
@@ -37,8 +36,8 @@ def _kernel(experts, top_k):
     @T.function
     def softmax_topk(
         L: T.Tensor((n, experts), T.float32, align=16),
-        WT: T.Tensor((n, top_k), T.float32),
-        ID: T.Tensor((n, top_k), T.int32),
+        WT: T.Tensor((n, top_k), T.float32, align=16),
+        ID: T.Tensor((n, top_k), T.int32, align=16),
     ):
         T.device_entry(
             launch=T.cuda.LaunchConfig(grid=T.ceildiv(n, _TOKENS), block=_TOKENS),
@@ -116,7 +115,9 @@ def _kernel(experts, top_k):
                                 top[i + (_BLOCK >> (jj + 1))] = _fmin(a, b)
             bound = top[top_k - 1]
         # Candidates: ids of this token's logits at or above the bound, ascending, slot-major (candidate j of
-        # thread t at j * _TOKENS + t, so a warp's stores rarely share a bank).
+        # thread t at j * _TOKENS + t, so a warp's stores rarely share a bank). Every id is stored at the write
+        # position, which only a candidate advances, so the next id overwrites a non-candidate's (an unconditional
+        # store spares nvcc's per-store address arithmetic); hence the spare row of slots.
         pos: T.int32 = t
         for c in T.unroll(chunks):
             frag[0:4] = s_row[T.Ramp(base + c * 4, 1, 4)]
@@ -138,7 +139,8 @@ def _kernel(experts, top_k):
                     rank[j] = rank[j] + above
                     rank[i] = rank[i] - above
         for i in T.unroll(_SLOTS):
-            at = T.min(T.Cast("int32", ((rank[i] >> T.uint32(23)) * T.uint32(383)) & T.uint32(511)), top_k) * _TOKENS + t
+            place = T.Cast("int32", ((rank[i] >> T.uint32(23)) * T.uint32(383)) & T.uint32(511))
+            at = T.min(place, top_k) * _TOKENS + t
             s_top_v[at] = vals[i]
             s_top_i[at] = ids[i]
         for p in T.unroll(top_k):
@@ -168,10 +170,18 @@ def _kernel(experts, top_k):
             top_v[p] = T.exp(top_v[p] - peak)
             total = total + top_v[p]
         inv = T.float32(1.0) / total
+        for p in T.unroll(top_k):
+            top_v[p] = top_v[p] * inv
+        # 16-byte stores: a warp's scalar stores to rows 32 bytes apart cost four times the store wavefronts.
         if tok < n:
-            for p in T.unroll(top_k):
-                WT[tok, p] = top_v[p] * inv
-                ID[tok, p] = top_i[p]
+            if T.constexpr(top_k % 4 == 0):
+                for q in T.unroll(top_k // 4):
+                    WT[tok, T.Ramp(q * 4, 1, 4)] = top_v[T.Ramp(q * 4, 1, 4)]
+                    ID[tok, T.Ramp(q * 4, 1, 4)] = top_i[T.Ramp(q * 4, 1, 4)]
+            else:
+                for p in T.unroll(top_k):
+                    WT[tok, p] = top_v[p]
+                    ID[tok, p] = top_i[p]
 
     return softmax_topk
 
