@@ -39,7 +39,11 @@ def copy_bandwidth(device: str) -> float:
 
 def device_ms(fn, problem, device: str, size: str) -> tuple[float, float]:
     """(median event time per call, mean kernel time per call from the profiler, the L2 flush excluded)."""
-    draws = [problem.make_inputs(seed, device, size) for seed in range(CALLS + 3)]
+    return time_calls(fn, [problem.make_inputs(seed, device, size) for seed in range(CALLS + 3)], device)
+
+
+def time_calls(fn, draws: list, device: str) -> tuple[float, float]:
+    """device_ms for given draws: the first 3 calls are left out of the median, not of the kernel mean."""
     flush = torch.zeros(256 << 20, dtype=torch.uint8, device=device)
     events = []
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

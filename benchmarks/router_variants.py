@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import reference_roofline  # a sibling: the script's own folder is on sys.path
 import torch
 
 from metakernelbench.grader.compare import check_float
@@ -27,6 +28,7 @@ from metakernelbench.suite import load_problem
 
 CALLS = 23
 STRESS_TOKENS = 4099
+
 
 
 def stress_inputs(seed: int, device: str, experts: int):
@@ -55,20 +57,10 @@ def check(problem, solve, inputs, weights: bool) -> dict:
     return row
 
 
-def kernel_us(problem, solve, tokens: int, device: str) -> float:
-    """Mean kernel time per call (CUPTI) over fresh inputs, the L2 flushed by a read before each call."""
-    draws = [problem.make_inputs(seed, device, "full") for seed in range(CALLS)]
-    draws = [(logits[:tokens].contiguous(), k) for logits, k in draws]
-    flush = torch.zeros(256 << 20, dtype=torch.uint8, device=device)
-    solve(*draws[0])
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for inputs in draws:
-            flush.max()
-            solve(*inputs)
-        torch.cuda.synchronize()
-    total = sum(e.device_time_total for e in prof.key_averages() if "unsigned char" not in e.key)
-    return total / len(draws)
+def kernel_us(solve, draws: list, tokens: int, device: str) -> float:
+    """Mean kernel time per call (CUPTI) over the draws cut to `tokens` rows, the L2 flushed before each call."""
+    cut = [(logits[:tokens].contiguous(), k) for logits, k in draws]
+    return reference_roofline.time_calls(solve, cut, device)[1] * 1e3
 
 
 def measure(spec: str, sweep: list[int]) -> dict:
@@ -86,28 +78,20 @@ def measure(spec: str, sweep: list[int]) -> dict:
         for seed in range(3):
             inputs = problem.make_inputs(seed, device, size)
             row["checks"].append({"inputs": f"{size} seed {seed}", **check(problem, module.solve, inputs, True)})
-    experts = problem.make_inputs(0, "cpu", sizes[0])[0].shape[1]
+    experts = inputs[0].shape[1]
     for seed in range(3):
         inputs = stress_inputs(seed, device, experts)
         row["checks"].append({"inputs": f"stress seed {seed}", **check(problem, module.solve, inputs, False)})
     row["exact"] = all(c["rows_with_wrong_ids"] == 0 and c.get("weight_error_over_budget", 0) is not None
                        for c in row["checks"])
     if gpu:
-        inputs = problem.make_inputs(0, device, "full")
-        moved = problem.bytes_moved(inputs, None)
-        bandwidth = _copy_bandwidth(device)
-        full = kernel_us(problem, module.solve, inputs[0].shape[0], device)
+        draws = [problem.make_inputs(seed, device, "full") for seed in range(CALLS)]
+        moved = problem.bytes_moved(draws[0], None)
+        bandwidth = reference_roofline.copy_bandwidth(device)
+        full = kernel_us(module.solve, draws, draws[0][0].shape[0], device)
         row.update(kernel_us=full, fraction_of_copy_bandwidth=moved / (full / 1e6) / bandwidth,
-                   sweep_us={tokens: kernel_us(problem, module.solve, tokens, device) for tokens in sweep})
+                   sweep_us={tokens: kernel_us(module.solve, draws, tokens, device) for tokens in sweep})
     return row
-
-
-def _copy_bandwidth(device: str) -> float:
-    path = Path(__file__).with_name("reference_roofline.py")
-    spec = importlib.util.spec_from_file_location("reference_roofline", path)
-    roofline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(roofline)
-    return roofline.copy_bandwidth(device)
 
 
 def main() -> None:
