@@ -16,13 +16,40 @@ from tvm_tirx.backend.config import parse_backend_config
 from tvm_tirx.backend.cuda.compiler import compile_source
 from tvm_tirx.script import tirx as T
 
-# Exact expf and division, no flush-to-zero: the default build passes --use_fast_math.
+# No flush-to-zero, so subnormal logits compare exactly: the default build passes --use_fast_math.
 _NO_FAST_MATH = {"cuda": {"nvcc": [], "nvrtc": []}}
 _TOKENS = 32  # tokens per CTA, one thread each
 _GROUP = 8  # logits per group maximum
 _BLOCK = 8  # group maxima sorted per block for the bound; also the largest top_k
 _SLOTS = 16  # candidates ranked in registers; a token has more about 3% of the time
 _ONE = 0x3F800000  # the bits of 1.0f, 127 << 23; 127 is invertible mod 512 (127 * 383 = 1 mod 512)
+
+
+def _batcher(n):
+    """Comparator pairs (i, j), i < j, of Batcher's odd-even merge sort for n a power of two."""
+    pairs = []
+    p = 1
+    while p < n:
+        k = p
+        while k >= 1:
+            for j in range(k % p, n - k, 2 * k):
+                for i in range(min(k, n - j - k)):
+                    if (i + j) // (2 * p) == (i + j + k) // (2 * p):
+                        pairs.append((i + j, i + j + k))
+            k //= 2
+        p *= 2
+    return pairs
+
+
+_PAIRS = _batcher(_BLOCK)  # 19 comparators sort 8 maxima (a bitonic network needs 24)
+
+
+def _pair(q, side):
+    """Element `side` of comparator q, as an expression that folds to a constant once q is unrolled."""
+    index = _PAIRS[-1][side]
+    for r in reversed(range(len(_PAIRS) - 1)):
+        index = T.if_then_else(q == r, _PAIRS[r][side], index)
+    return index
 
 
 def _kernel(experts, top_k):
@@ -48,7 +75,7 @@ def _kernel(experts, top_k):
         first = T.cuda.block_idx("x") * _TOKENS
         tok = first + t
         s_row = T.alloc_shared((_TOKENS * row,), "float32")
-        s_cand = T.alloc_shared(((experts + 1) * _TOKENS,), "uint8")
+        s_cand = T.alloc_shared((experts * _TOKENS,), "uint8")
         # The ranked top k, slot-major; rank top_k is a scratch slot shared by every candidate ranked below it.
         s_top_v = T.alloc_shared(((top_k + 1) * _TOKENS,), "float32")
         s_top_i = T.alloc_shared(((top_k + 1) * _TOKENS,), "int32")
@@ -84,52 +111,56 @@ def _kernel(experts, top_k):
         base = t * row
         # Bound: the k-th largest group maximum. Those k maxima are distinct logits, so the token's k-th largest
         # logit is at least the bound: only logits at or above it can be among the top k.
-        for g in T.unroll(parts * _BLOCK):
+        for g in T.unroll(groups, parts * _BLOCK):
             maxima[g] = T.float32(float("-inf"))
         for g in T.unroll(groups):
             for h in T.unroll(_GROUP // 4):
                 frag[0:4] = s_row[T.Ramp(base + g * _GROUP + h * 4, 1, 4)]
-                maxima[g] = _fmax(maxima[g], _fmax(_fmax(frag[0], frag[1]), _fmax(frag[2], frag[3])))
+                quad = _fmax(_fmax(frag[0], frag[1]), _fmax(frag[2], frag[3]))
+                if h == 0:
+                    maxima[g] = quad
+                else:
+                    maxima[g] = _fmax(maxima[g], quad)
         bound: T.float32 = T.float32(float("-inf"))
         if T.constexpr(bounded):
-            # Sort each chunk of _BLOCK maxima descending (bitonic network), fold it into the running top.
+            # Sort each chunk of _BLOCK maxima descending (Batcher's network) and fold it into the running top:
+            # the larger of top[i] and chunk[_BLOCK - 1 - i] are the _BLOCK largest of both, in bitonic order.
             for p in T.unroll(parts):
-                for kk in T.unroll(logb):
-                    for jj in T.unroll(logb):
-                        for i in T.unroll(_BLOCK):
-                            if jj <= kk and (i ^ ((2 << kk) >> (jj + 1))) > i:
-                                a = maxima[p * _BLOCK + i]
-                                b = maxima[p * _BLOCK + (i ^ ((2 << kk) >> (jj + 1)))]
-                                if (i & (2 << kk)) == 0:
-                                    maxima[p * _BLOCK + i] = _fmax(a, b)
-                                    maxima[p * _BLOCK + (i ^ ((2 << kk) >> (jj + 1)))] = _fmin(a, b)
-                                else:
-                                    maxima[p * _BLOCK + i] = _fmin(a, b)
-                                    maxima[p * _BLOCK + (i ^ ((2 << kk) >> (jj + 1)))] = _fmax(a, b)
+                for q in T.unroll(len(_PAIRS)):
+                    a = maxima[p * _BLOCK + _pair(q, 0)]
+                    b = maxima[p * _BLOCK + _pair(q, 1)]
+                    maxima[p * _BLOCK + _pair(q, 0)] = _fmax(a, b)
+                    maxima[p * _BLOCK + _pair(q, 1)] = _fmin(a, b)
                 if p == 0:
                     for i in T.unroll(_BLOCK):
                         top[i] = maxima[i]
                 else:
                     for i in T.unroll(_BLOCK):
                         top[i] = _fmax(top[i], maxima[p * _BLOCK + _BLOCK - 1 - i])
-                    for jj in T.unroll(logb):
-                        for i in T.unroll(_BLOCK):
-                            if (i & (_BLOCK >> (jj + 1))) == 0:
-                                a = top[i]
-                                b = top[i + (_BLOCK >> (jj + 1))]
-                                top[i] = _fmax(a, b)
-                                top[i + (_BLOCK >> (jj + 1))] = _fmin(a, b)
-            bound = top[top_k - 1]
+                    # Sort the bitonic top unless only its minimum is wanted (the last fold with top_k = _BLOCK).
+                    if top_k < _BLOCK or p < parts - 1:
+                        for jj in T.unroll(logb):
+                            for i in T.unroll(_BLOCK):
+                                if (i & (_BLOCK >> (jj + 1))) == 0:
+                                    a = top[i]
+                                    b = top[i + (_BLOCK >> (jj + 1))]
+                                    top[i] = _fmax(a, b)
+                                    top[i + (_BLOCK >> (jj + 1))] = _fmin(a, b)
+            if T.constexpr(top_k < _BLOCK or parts == 1):
+                bound = top[top_k - 1]
+            else:
+                bound = _fmin(_fmin(_fmin(top[0], top[1]), _fmin(top[2], top[3])),
+                              _fmin(_fmin(top[4], top[5]), _fmin(top[6], top[7])))
         # Candidates: ids of this token's logits at or above the bound, ascending, slot-major (candidate j of
-        # thread t at j * _TOKENS + t, so a warp's stores rarely share a bank). Every id is stored at the write
-        # position, which only a candidate advances, so the next id overwrites a non-candidate's (an unconditional
-        # store spares nvcc's per-store address arithmetic); hence the spare row of slots.
+        # thread t at j * _TOKENS + t). Only candidates are stored: a warp's predicated stores have few active
+        # lanes and rarely share a bank, where unconditional ones conflict up to four ways (0.17 us slower).
         pos: T.int32 = t
         for c in T.unroll(chunks):
             frag[0:4] = s_row[T.Ramp(base + c * 4, 1, 4)]
             for e in T.unroll(4):
-                s_cand[pos] = T.Cast("uint8", c * 4 + e)
-                pos = pos + T.if_then_else(frag[e] >= bound, _TOKENS, 0)
+                if frag[e] >= bound:
+                    s_cand[pos] = T.Cast("uint8", c * 4 + e)
+                    pos = pos + _TOKENS
         count = (pos - t) // _TOKENS
         # Rank the first _SLOTS candidates (-inf past the last one): slot i ranks above slot j > i unless
         # v_j > v_i.
@@ -169,13 +200,15 @@ def _kernel(experts, top_k):
                 if v > top_v[0]:
                     top_v[0] = v
                     top_i[0] = expert
-        # Softmax over the k winners; top_v[0] is the largest logit.
+        # Softmax over the k winners; top_v[0] is the largest logit. __expf and one reciprocal refined by a
+        # Newton step are well inside the weights' tolerance.
         peak: T.float32 = top_v[0]
         total: T.float32 = T.float32(0.0)
         for p in T.unroll(top_k):
-            top_v[p] = T.exp(top_v[p] - peak)
+            top_v[p] = T.call_pure_extern("__expf", top_v[p] - peak, ty="float32")
             total = total + top_v[p]
-        inv = T.float32(1.0) / total
+        inv: T.float32 = T.call_pure_extern("__fdividef", T.float32(1.0), total, ty="float32")
+        inv = inv * (T.float32(2.0) - total * inv)
         for p in T.unroll(top_k):
             top_v[p] = top_v[p] * inv
         # 16-byte stores: a warp's scalar stores to rows 32 bytes apart cost four times the store wavefronts.
