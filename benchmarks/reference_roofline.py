@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from metakernelbench.suite import load_suite
+from metakernelbench.suite import ProblemError, load_problem, load_suite
 
 CALLS = 20
 VENDOR_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "B200": 8.0e12, "A100": 2.04e12}
@@ -63,10 +63,17 @@ def time_calls(fn, draws: list, device: str) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsl", default="cute,tirx")
-    parser.add_argument("--problems", help="comma-separated problem ids (default: the whole suite)")
+    parser.add_argument("--problems", help="comma-separated problems, as `mkb` takes them: 53, softmax_topk_router "
+                                           "or moe/53_softmax_topk_router (default: the whole suite)")
     parser.add_argument("--out")
     args = parser.parse_args()
-    wanted = set(args.problems.split(",")) if args.problems else None
+    try:
+        wanted = {load_problem(spec).id for spec in args.problems.split(",")} if args.problems else None
+    except ProblemError as exc:
+        raise SystemExit(f"reference_roofline: {exc}") from None
+    if not torch.cuda.is_available():
+        raise SystemExit("reference_roofline: needs a CUDA GPU; on a CPU-only machine `mkb validate` compile-checks "
+                         "the references instead")
     device = "cuda:0"
     name = torch.cuda.get_device_name(0)
     measured_bw = copy_bandwidth(device)
