@@ -60,8 +60,9 @@ def test_report_carries_refinement_read_from_the_store(tmp_path):
         last = trial_verdicts[-1]
         store.finish_trial(spec.trial_id, {"passed": True, "speedup_vs_eager": last["speedup_vs_eager"],
                                            "median_ms": 1.0, "noise_spread": 0.05}, None, None, {})
-    assert store.submission_outcomes("r")[specs[0].trial_id][0] == {"compiled": False, "passed": False,
-                                                                     "speedup_vs_eager": None}
+    assert store.submission_outcomes("r")[specs[0].trial_id][0] == {
+        "compiled": False, "passed": False, "speedup_vs_eager": None, "file_sha256": None, "median_ms": None,
+        "spread": None}
     report = report_store(store, tmp_path / "out", "r", n_boot=50)
     first, second = report["refinement"]["by_round"]
     assert (first["submissions"], first["compile_rate"], first["pass_rate"]) == (2, 0.5, 0.5)

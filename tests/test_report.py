@@ -233,3 +233,52 @@ def test_noise_range_for_this_runs_size(full):
         assert lift["lift_pct"] == pytest.approx(100 * c["mean_outcome"])
         assert lift["inside_noise"] == (sim.low <= lift["lift_pct"] <= sim.high)
     assert "indistinguishable from noise" in nz["statement"]
+
+
+def _repeat_store(path):
+    """One problem: in cute the same file passes in solo r0 (1.0 ms), solo r1 (1.0 ms) and skill (1.25 ms), each with
+    spread 0.1, plus a failed grading of it that must not count; in tirx every trial submits its own file."""
+    store = Store(path)
+    store.ensure_run("r", {}, {})
+    specs = plan("r", "m", ["a/1"], DSLS, ["solo", "skill"], replicates=1, seed=0, solo_control=True)
+    store.add_trials(specs)
+    for s in specs:
+        ms = 1.25 if (s.dsl, s.arm) == ("cute", "skill") else 1.0
+        sha = "same" if s.dsl == "cute" else f"own-{s.trial_id}"
+        store.start_trial(s.trial_id, {})
+        store.add_submission(s.trial_id, 0, "x", {"compiled": True, "passed": False, "file_sha256": sha})
+        store.add_submission(s.trial_id, 1, "x", {"compiled": True, "passed": True, "speedup_vs_eager": 1 / ms,
+                                                  "file_sha256": sha, "runtime": {"median_ms": ms, "spread": 0.1}})
+        store.finish_trial(s.trial_id, {"passed": True, "speedup_vs_eager": 1 / ms, "median_ms": ms,
+                                        "noise_spread": 0.1, "offline_client": False}, None, None, {})
+    return store
+
+
+def test_identical_code_graded_twice_measures_the_noise_and_min_margin_ties_it(tmp_path):
+    store = _repeat_store(tmp_path / "s.sqlite")
+    strict = report_store(store, tmp_path / "strict", "r", n_boot=50)
+    (same,) = strict["repeated_code"]["files"]
+    assert (same["problem"], same["dsl"], same["file_sha256"], same["gradings"]) == ("a/1", "cute", "same", 3)
+    assert same["fastest_ms"] == 1.0 and same["slowest_ms"] == 1.25 and same["ratio"] == pytest.approx(1.25)
+    # 1.0 vs 1.0 is a tie; both 1.0 vs 1.25 pairs pass 1 + spread 0.1, so the rule calls them differences
+    assert (same["pairs"], same["untied"]) == (3, 2) and strict["repeated_code"]["untied"] == 2
+    assert strict["min_margin"] == 0 and strict["paired"]["skill"]["overall"]["regressed"] == 1
+    (note,) = [n for n in strict["notes"] if "identical code" in n]
+    assert "2 of 3 pairs" in note and "1.25x" in note and "--min-margin 0.26" in note
+    assert "Identical code graded more than once" in (tmp_path / "strict" / "report.md").read_text()
+    assert set(same) | set(strict["repeated_code"]) | {"min_margin", "repeated_code"} <= set(LEGEND)
+
+    tied = report_store(store, tmp_path / "tied", "r", n_boot=50, min_margin=0.26)
+    assert tied["min_margin"] == 0.26 and tied["repeated_code"]["untied"] == 0
+    assert tied["paired"]["skill"]["overall"]["regressed"] == 0 and tied["paired"]["skill"]["overall"]["tied"] == 2
+    assert not [n for n in tied["notes"] if "identical code" in n]
+    store.close()
+
+
+def test_min_margin_on_the_command_line(tmp_path):
+    _repeat_store(tmp_path / "s.sqlite").close()
+    ok = mkb("report", "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "out"), "--min-margin", "0.26")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["repeated_code"]["untied"] == 0
+    bad = mkb("report", "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "out"), "--min-margin", "-0.1")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--min-margin" in bad.stderr

@@ -430,11 +430,17 @@ def export_store(db: Path = typer.Option(Path("results/mkb.sqlite")),
 def report_cmd(db: Path = typer.Option(Path("results/mkb.sqlite"), help="The results store (SQLite)."),
                run_id: Optional[str] = typer.Option(None, help="The run to report (default: every run in the store)."),
                out: Path = typer.Option(Path("results/report"),
-                                        help="Folder for report.json/.md/.html and plots.")) -> None:
+                                        help="Folder for report.json/.md/.html and plots."),
+               min_margin: float = typer.Option(0.0, help="Floor of the relative tie margin of every comparison "
+                                                "(0.3: times within 30% are ties); see the report's identical-code "
+                                                "table for what this machine needs.")) -> None:
     """Full report of a run: ladders, paired statistics against the noise floor, relative standing and plots."""
     from metakernelbench.analysis.report import ReportError, report_store
     from metakernelbench.store import Store, StoreError
 
+    if not 0 <= min_margin < 100:
+        _fail(f"--min-margin {min_margin} is not a relative margin: pass a number from 0 (the timing spread "
+              "alone) up, e.g. 0.3")
     if not db.is_file():
         _fail(f"no store at {db}: run `mkb run` first or pass --db")
     try:
@@ -442,7 +448,7 @@ def report_cmd(db: Path = typer.Option(Path("results/mkb.sqlite"), help="The res
     except StoreError as exc:
         _fail(str(exc))
     try:
-        report = report_store(store, out, run_id)
+        report = report_store(store, out, run_id, min_margin=min_margin)
     except (ReportError, ValueError) as exc:  # ValueError: an incomplete trial result (metrics.compare names it)
         _fail(str(exc))
     finally:

@@ -6,6 +6,7 @@ left out of every denominator and counted as `excluded`, so a missing result is 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -148,10 +149,60 @@ def compare(a: TrialRow, b: TrialRow, min_margin: float = 0.0) -> Comparison:
             raise ValueError(f"passing trial {row.trial_id} has no positive median_ms: its result is incomplete; "
                              "re-grade it or drop it before comparing")
     missing = oa.noise_spread is None or ob.noise_spread is None
-    spread = max(oa.noise_spread or 0.0, ob.noise_spread or 0.0, min_margin)
-    log_ratio, margin = math.log(ob.median_ms / oa.median_ms), math.log1p(spread)
-    sign = 1 if log_ratio > margin else -1 if log_ratio < -margin else 0
-    return Comparison(sign, log_ratio, margin, missing)
+    return Comparison(*_speed_sign(oa.median_ms, oa.noise_spread, ob.median_ms, ob.noise_spread, min_margin), missing)
+
+
+def _speed_sign(ms_a: float, spread_a: float | None, ms_b: float, spread_b: float | None,
+                min_margin: float) -> tuple[int, float, float]:
+    """(sign, log ratio, margin) of a's speed against b's: the one rule for trials and for repeated gradings."""
+    spread = max(spread_a or 0.0, spread_b or 0.0, min_margin)
+    log_ratio, margin = math.log(ms_b / ms_a), math.log1p(spread)
+    return (1 if log_ratio > margin else -1 if log_ratio < -margin else 0), log_ratio, margin
+
+
+# -- identical code graded more than once: the measurement's own noise -----------------------------------------
+@dataclass(frozen=True)
+class RepeatedCode:
+    """One file (by its hash) that passed in several submissions of a problem and DSL. Every grading ran in a fresh
+    process, so the differences between its times are the noise of the measurement alone; a pair of them that
+    `compare`'s rule does not call a tie is a difference the benchmark would have reported and should not have."""
+
+    problem: str
+    dsl: str
+    file_sha256: str
+    gradings: int
+    fastest_ms: float
+    slowest_ms: float
+    pairs: int
+    untied: int  # pairs of its gradings that the rule at this min_margin calls a difference
+
+    @property
+    def ratio(self) -> float:
+        return self.slowest_ms / self.fastest_ms
+
+
+def repeated_code(rows: Iterable[TrialRow], submissions: dict[str, list[dict]],
+                  min_margin: float = 0.0) -> list[RepeatedCode]:
+    """Group the passing submissions of `rows`' trials (Store.submission_outcomes: file_sha256, median_ms, spread)
+    by problem, DSL and file hash; every group graded at least twice, in a stable order."""
+    by_trial = {r.trial_id: r for r in rows}
+    groups: dict[tuple[str, str, str], list[tuple[float, float | None]]] = defaultdict(list)
+    for trial_id, subs in submissions.items():
+        row = by_trial.get(trial_id)
+        if row is None:
+            continue
+        for s in subs:
+            if s.get("passed") and s.get("file_sha256") and (s.get("median_ms") or 0) > 0:
+                groups[(row.problem, row.dsl, s["file_sha256"])].append((s["median_ms"], s.get("spread")))
+    out = []
+    for (problem, dsl, sha), times in sorted(groups.items()):
+        if len(times) < 2:
+            continue
+        pairs = list(itertools.combinations(times, 2))
+        untied = sum(_speed_sign(*a, *b, min_margin)[0] != 0 for a, b in pairs)
+        ms = [t for t, _ in times]
+        out.append(RepeatedCode(problem, dsl, sha, len(times), min(ms), max(ms), len(pairs), untied))
+    return out
 
 
 # -- paired per problem: skill (or placebo) vs its solo counterpart -------------------------------------------

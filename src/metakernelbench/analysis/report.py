@@ -163,8 +163,8 @@ def _control_pairs_for(skill_pairs: list[m.Pair], control: list[m.Pair]) -> list
     return out
 
 
-def _standing(rows: list[TrialRow], pairs: list[m.Pair]) -> dict:
-    t = m.relative_standing(rows, pairs)
+def _standing(rows: list[TrialRow], pairs: list[m.Pair], min_margin: float) -> dict:
+    t = m.relative_standing(rows, pairs, min_margin)
     return {"cells": t.cells, "improve_rate": t.improve_rate, "regress_rate": t.regress_rate,
             "by_source": t.by_source, "missing_source": t.missing_source}
 
@@ -227,10 +227,26 @@ def _refinement(rows: list[TrialRow], outcomes: dict[str, list[dict]]) -> dict:
             "variance_share": dataclasses.asdict(share)}
 
 
+def _repeated_code(groups: list[m.RepeatedCode], min_margin: float, notes: list[str]) -> dict:
+    """Identical code graded more than once: how far apart its times fell, and how many of its pairs the comparison
+    rule would have called a difference (each one a false improvement or regression)."""
+    pairs, untied = sum(g.pairs for g in groups), sum(g.untied for g in groups)
+    largest = max((g.ratio for g in groups), default=None)
+    if untied:
+        enough = math.floor((largest - 1) * 100) / 100 + 0.01  # the next hundredth strictly above the largest gap
+        notes.append(f"identical code graded more than once: {untied} of {pairs} pairs of its gradings were not ties "
+                     f"(times up to {largest:.2f}x apart), so paired outcomes at min_margin {min_margin:g} count "
+                     f"some noise as improvements and regressions; `mkb report --min-margin {enough:.2f}` "
+                     "makes differences that size ties")
+    return {"files": [{**dataclasses.asdict(g), "ratio": g.ratio} for g in groups], "pairs": pairs,
+            "untied": untied, "largest_ratio": largest}
+
+
 def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 2000,
-                 outcomes: dict[str, list[dict]] | None = None) -> dict:
-    """Every measurement of the report as one JSON-ready dict (see LEGEND); `outcomes` (per-submission compiled /
-    passed / speedup, from Store.submission_outcomes) adds the by-round refinement measurements."""
+                 outcomes: dict[str, list[dict]] | None = None, min_margin: float = 0.0) -> dict:
+    """Every measurement of the report as one JSON-ready dict (see LEGEND); `outcomes` (per-submission records, from
+    Store.submission_outcomes) adds the by-round refinement measurements and the repeated gradings of identical
+    code; `min_margin` is the floor of every comparison's tie margin (metrics.compare)."""
     if not rows:
         raise ReportError("no trials to report")
     notes = []
@@ -244,6 +260,7 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
         "run_id": run_id or ",".join(sorted({r.run_id for r in rows})),
         "models": sorted({r.model for r in rows}), "offline_client": offline,
         "thresholds": [_threshold_key(t) for t in m.THRESHOLDS], "confidence": CONFIDENCE, "bootstrap_resamples": n_boot,
+        "min_margin": min_margin,
         "trials": {"total": len(rows), **{s: statuses.get(s, 0) for s in ("finished", "skipped", "running", "pending")}},
         "ladders": {key: {k: _ladder_entry(v) for k, v in m.group(rows, key).items()} for key in m.GROUP_KEYS},
         "usage": {k: _usage(v) for k, v in m.group(rows, "arm").items()},
@@ -251,8 +268,8 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
     }
     if statuses.get("finished", 0) == 0:
         notes.append("no trial has finished: ladders are empty (S = null)")
-    pairs = {"skill": m.pair_trials(rows, "skill"), "placebo": m.pair_trials(rows, "placebo"),
-             "solo_control": m.solo_noise_pairs(rows)}
+    pairs = {"skill": m.pair_trials(rows, "skill", min_margin), "placebo": m.pair_trials(rows, "placebo", min_margin),
+             "solo_control": m.solo_noise_pairs(rows, min_margin=min_margin)}
     report["unpaired"] = {"skill": m.unpaired(rows, "skill"), "placebo": m.unpaired(rows, "placebo")}
     report["paired"] = {arm: _paired_arm(ps, n_boot) for arm, ps in pairs.items() if ps}
     if not pairs["skill"]:
@@ -277,15 +294,16 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
     # relative standing: skill, placebo, and the solo control in place of the skill arm
     standing: dict[str, Any] = {}
     if pairs["skill"]:
-        standing["skill"] = _standing(rows, pairs["skill"])
+        standing["skill"] = _standing(rows, pairs["skill"], min_margin)
         if pairs["placebo"]:
-            standing["placebo"] = _standing(rows, pairs["placebo"])
+            standing["placebo"] = _standing(rows, pairs["placebo"], min_margin)
         ctl = _control_pairs_for(pairs["skill"], pairs["solo_control"])
         if ctl:
-            standing["solo_control"] = _standing(rows, ctl)
+            standing["solo_control"] = _standing(rows, ctl, min_margin)
         standing["skill_excess"] = {f"over_{arm}": _excess(standing["skill"], standing[arm])
                                     for arm in ("placebo", "solo_control") if arm in standing}
     report["standing"] = standing
+    report["repeated_code"] = _repeated_code(m.repeated_code(rows, outcomes or {}, min_margin), min_margin, notes)
     report["notes"] = notes
     report["legend"] = LEGEND
     return _clean(report)
@@ -394,6 +412,18 @@ LEGEND: dict[str, str] = {
     "published": "the published benchmark's size and its lift spread across its cells, %, for comparison",
     "lifts": "each treated cell's lift against per_cell_range", "lift_pct": "mean_outcome x 100, %",
     "inside_noise": "lift_pct lies inside per_cell_range: indistinguishable from noise",
+    "min_margin": "floor of the tie margin of every comparison (metrics.compare; `mkb report --min-margin`): two "
+                  "passing trials are level unless their median times differ by more than 1 + max(spread_a, "
+                  "spread_b, min_margin)",
+    "repeated_code": "identical code (by file hash) passing in more than one submission of a problem and DSL, each "
+                     "graded in a fresh process: the measurement's own noise (metrics.repeated_code)",
+    "files": "one entry per file graded passing at least twice", "problem": "the problem id",
+    "dsl": "the DSL of the trials that submitted it", "file_sha256": "the file's SHA-256",
+    "gradings": "passing submissions of that file", "fastest_ms": "its fastest median time, ms",
+    "slowest_ms": "its slowest median time, ms", "ratio": "slowest_ms / fastest_ms",
+    "pairs": "pairs of gradings of identical code",
+    "untied": "of those pairs, how many the comparison rule at min_margin calls a difference (should be 0)",
+    "largest_ratio": "the largest ratio over every file (null when no file was graded twice)",
     "notes": "what could not be computed, and why", "legend": "this legend",
     "plots": "PNG files written beside report.json, by name",
 }
@@ -489,6 +519,13 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                                                           f"({_f(slow['share'])})"],
                      ["outcome variance explained by family (eta²)", _f(share["family"])],
                      ["outcome variance explained by model (eta²)", _f(share["model"])]]))
+    rc = report.get("repeated_code")
+    if rc and rc["files"]:
+        rows = [[f["problem"], f["dsl"], f["file_sha256"][:12], _f(f["gradings"]), _f(f["fastest_ms"], 4),
+                 _f(f["slowest_ms"], 4), _f(f["ratio"], 3), f"{f['untied']} of {f['pairs']}"] for f in rc["files"]]
+        out.append((f"Identical code graded more than once (min margin {report['min_margin']:g})",
+                    ["problem", "DSL", "file", "gradings", "fastest (ms)", "slowest (ms)", "slowest / fastest",
+                     "pairs not tied"], rows))
     for arm, t in report["standing"].items():
         if arm == "skill_excess":
             rows = [[name, s, _f(d["improve_rate"]), _f(d["regress_rate"])]
@@ -558,14 +595,14 @@ def render_html(report: dict, plot_files: dict[str, Path]) -> str:
 
 
 def write_report(rows: list[TrialRow], out: Path, run_id: str | None = None, n_boot: int = 2000,
-                 outcomes: dict[str, list[dict]] | None = None) -> dict:
+                 outcomes: dict[str, list[dict]] | None = None, min_margin: float = 0.0) -> dict:
     """Build the report from `rows` and write report.json, report.md, report.html and the plot PNGs into `out`.
     Returns the report dict (with "plots": name -> file name)."""
     from metakernelbench.analysis import plots
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = build_report(rows, run_id, n_boot, outcomes)
+    report = build_report(rows, run_id, n_boot, outcomes, min_margin)
     plot_files = plots.make_plots(rows, report, out)
     report["plots"] = {name: p.name for name, p in plot_files.items()}
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False))
@@ -574,6 +611,7 @@ def write_report(rows: list[TrialRow], out: Path, run_id: str | None = None, n_b
     return report
 
 
-def report_store(store: Store, out: Path, run_id: str | None = None, n_boot: int = 2000) -> dict:
+def report_store(store: Store, out: Path, run_id: str | None = None, n_boot: int = 2000,
+                 min_margin: float = 0.0) -> dict:
     """The whole report of a store's run (every run when run_id is None); ReportError when it holds no trials."""
-    return write_report(load_rows(store, run_id), out, run_id, n_boot, store.submission_outcomes(run_id))
+    return write_report(load_rows(store, run_id), out, run_id, n_boot, store.submission_outcomes(run_id), min_margin)

@@ -183,15 +183,18 @@ class Store:
         return [(i, c, json.loads(v)) for i, c, v in rows]
 
     def submission_outcomes(self, run_id: str | None = None) -> dict[str, list[dict]]:
-        """compiled / passed / speedup_vs_eager of every submission, per trial in submission order; read inside
-        SQLite, since whole verdicts of a large run would take long to parse."""
-        query = ("SELECT s.trial_id, json_extract(s.verdict, '$.compiled'), json_extract(s.verdict, '$.passed'), "
-                 "json_extract(s.verdict, '$.speedup_vs_eager') FROM submissions s JOIN trials t USING (trial_id)"
+        """compiled / passed / speedup_vs_eager, file_sha256, median_ms and spread of every submission, per trial in
+        submission order; read inside SQLite, since whole verdicts of a large run would take long to parse."""
+        fields = ("compiled", "passed", "speedup_vs_eager", "file_sha256", "runtime.median_ms", "runtime.spread")
+        query = ("SELECT s.trial_id, " + ", ".join(f"json_extract(s.verdict, '$.{f}')" for f in fields)
+                 + " FROM submissions s JOIN trials t USING (trial_id)"
                  + (" WHERE t.run_id=?" if run_id else "") + " ORDER BY s.trial_id, s.idx")
         outcomes: dict[str, list[dict]] = {}
-        for trial_id, compiled, passed, speedup in self._read(query, (run_id,) if run_id else ()):
+        rows = self._read(query, (run_id,) if run_id else ())
+        for trial_id, compiled, passed, speedup, sha, median_ms, spread in rows:
             outcomes.setdefault(trial_id, []).append({"compiled": bool(compiled), "passed": bool(passed),
-                                                      "speedup_vs_eager": speedup})
+                                                      "speedup_vs_eager": speedup, "file_sha256": sha,
+                                                      "median_ms": median_ms, "spread": spread})
         return outcomes
 
     def runs(self) -> list[tuple[str, dict]]:
