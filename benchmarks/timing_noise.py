@@ -1,0 +1,136 @@
+"""Why does identical code time differently in different processes? Runs the grader's timed call (child.Runner.call:
+fresh inputs, read flush, sync before the end event) for one reference solution in many fresh processes, under
+host-side settings that might steady it, interleaved so that drift over the run hits every setting alike.
+
+    python benchmarks/timing_noise.py PROBLEM DSL [--processes K] [--settings a,b] [--out FILE]   (on a GPU machine)
+
+Per setting it prints the spread of the per-process medians (slowest / fastest) and the median within-process
+spread ((p90 - p10) / median, the grader's tie margin). `mkb report`'s identical-code table measures the same
+thing in real gradings.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+# CUcontext scheduling flags of the CUDA driver API (cuda.h).
+SCHEDULE_FLAGS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "blocking": 0x4}
+SETTINGS = {
+    "as_graded": {},
+    "pinned": {"pin": True},
+    "spin": {"schedule": "spin"},
+    "no_gc": {"no_gc": True},
+    "all": {"pin": True, "schedule": "spin", "no_gc": True},
+}
+
+
+def _driver():
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        raise SystemExit("no CUDA driver (libcuda.so.1) here: run this on a GPU machine") from None
+    if cuda.cuInit(0) != 0:
+        raise SystemExit("cuInit failed: run this on a GPU machine")
+    return cuda
+
+
+def _context_flags(cuda) -> int:
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
+    return flags.value
+
+
+def one_process(problem_id: str, dsl: str, setting: dict, calls: int) -> dict:
+    """In a fresh process: apply the setting before CUDA starts, then time like the grader does."""
+    if setting.get("pin"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
+    cuda = _driver()
+    if setting.get("schedule"):
+        code = cuda.cuDevicePrimaryCtxSetFlags(0, SCHEDULE_FLAGS[setting["schedule"]])
+        if code != 0:
+            raise SystemExit(f"cuDevicePrimaryCtxSetFlags returned {code}")
+    from metakernelbench.grader import child
+    from metakernelbench.suite import load_problem
+
+    problem = load_problem(problem_id)
+    job = {"mode": "candidate", "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path),
+           "nonce": "noise", "candidate_path": str(problem.solution_path(dsl))}
+    harness_end, _parent_end = socket.socketpair()
+    runner = child.Runner(harness_end, job)
+    runner.load()
+    size = problem.timed_size("cuda")
+    for seed in range(5):
+        runner.call({"seed": seed, "size": size})
+    if setting.get("no_gc"):
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+    times, hosts = [], []
+    for seed in range(5, 5 + calls):
+        reply = runner.call({"seed": seed, "size": size})
+        runner.last = None
+        times.append(reply["ms"])
+        hosts.append(reply["host_ms"])
+    times.sort()
+    median = statistics.median(times)
+    return {"median_ms": median, "p10_ms": times[len(times) // 10], "p90_ms": times[(9 * len(times)) // 10],
+            "spread": (times[(9 * len(times)) // 10] - times[len(times) // 10]) / median,
+            "host_median_ms": statistics.median(hosts), "context_flags": _context_flags(cuda),
+            "cpus": len(os.sched_getaffinity(0))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("problem")
+    ap.add_argument("dsl")
+    ap.add_argument("--processes", type=int, default=5, help="fresh processes per setting")
+    ap.add_argument("--calls", type=int, default=30, help="timed calls per process, as the grader makes")
+    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--out")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(one_process(args.problem, args.dsl, SETTINGS[args.child], args.calls)))
+        return
+    names = args.settings.split(",")
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"unknown setting(s) {unknown}: choose from {', '.join(SETTINGS)}")
+    _driver()
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    started = time.monotonic()
+    for _ in range(args.processes):
+        for name in names:
+            proc = subprocess.run([sys.executable, __file__, args.problem, args.dsl, "--child", name,
+                                   "--calls", str(args.calls)], capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name}: the child failed:\n{proc.stderr[-2000:]}")
+            runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    summary = {}
+    for name, rs in runs.items():
+        medians = [r["median_ms"] for r in rs]
+        summary[name] = {"slowest_over_fastest": max(medians) / min(medians),
+                         "median_of_medians_ms": statistics.median(medians),
+                         "median_within_spread": statistics.median(r["spread"] for r in rs),
+                         "context_flags": sorted({r["context_flags"] for r in rs})}
+        s = summary[name]
+        print(f"{args.problem} {args.dsl} {name:10s} medians {' '.join(f'{m:.4f}' for m in medians)} ms  "
+              f"slowest/fastest {s['slowest_over_fastest']:.3f}  within-process spread "
+              f"{s['median_within_spread']:.3f}  context flags {s['context_flags']}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"problem": args.problem, "dsl": args.dsl, "processes": args.processes, "calls": args.calls,
+                       "settings": {n: SETTINGS[n] for n in names}, "summary": summary, "runs": runs,
+                       "wall_s": time.monotonic() - started}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
