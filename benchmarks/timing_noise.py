@@ -1,6 +1,6 @@
 """Why does identical code time differently in different processes? Runs the grader's timed call (child.Runner.call:
-fresh inputs, read flush, sync before the end event) for one reference solution in many fresh processes, under
-host-side settings that might steady it, interleaved so that drift over the run hits every setting alike.
+fresh inputs, read flush, sync before the end event) for one reference solution in many fresh processes, with the
+grader's steadying of the host (child.steady_host) and without it, interleaved so that drift hits both alike.
 
     python benchmarks/timing_noise.py PROBLEM DSL [--processes K] [--settings a,b] [--out FILE]   (on a GPU machine)
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import gc
 import json
 import os
 import socket
@@ -21,45 +20,28 @@ import subprocess
 import sys
 import time
 
-# CUcontext scheduling flags of the CUDA driver API (cuda.h).
-SCHEDULE_FLAGS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "blocking": 0x4}
-SETTINGS = {
-    "as_graded": {},
-    "pinned": {"pin": True},
-    "spin": {"schedule": "spin"},
-    "no_gc": {"no_gc": True},
-    "all": {"pin": True, "schedule": "spin", "no_gc": True},
-}
+SETTINGS = ("as_graded", "unsteadied")  # child.steady_host (one CPU, spinning sync) or neither; no GC when timed
 
 
-def _driver():
+def _has_driver() -> None:
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
+        ctypes.CDLL("libcuda.so.1")
     except OSError:
         raise SystemExit("no CUDA driver (libcuda.so.1) here: run this on a GPU machine") from None
-    if cuda.cuInit(0) != 0:
-        raise SystemExit("cuInit failed: run this on a GPU machine")
-    return cuda
 
 
-def _context_flags(cuda) -> int:
-    flags, active = ctypes.c_uint(), ctypes.c_int()
+def _context_flags() -> int:
+    cuda, flags, active = ctypes.CDLL("libcuda.so.1"), ctypes.c_uint(), ctypes.c_int()
     cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
     return flags.value
 
 
-def one_process(problem_id: str, dsl: str, setting: dict, calls: int) -> dict:
-    """In a fresh process: apply the setting before CUDA starts, then time like the grader does."""
-    if setting.get("pin"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
-    cuda = _driver()
-    if setting.get("schedule"):
-        code = cuda.cuDevicePrimaryCtxSetFlags(0, SCHEDULE_FLAGS[setting["schedule"]])
-        if code != 0:
-            raise SystemExit(f"cuDevicePrimaryCtxSetFlags returned {code}")
+def one_process(problem_id: str, dsl: str, setting: str, calls: int) -> dict:
+    """In a fresh process: steady the host as the grader's child does (or not), then time like the grader does."""
     from metakernelbench.grader import child
     from metakernelbench.suite import load_problem
 
+    host = child.steady_host("cuda:0") if setting == "as_graded" else {}
     problem = load_problem(problem_id)
     job = {"mode": "candidate", "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path),
            "nonce": "noise", "candidate_path": str(problem.solution_path(dsl))}
@@ -69,10 +51,6 @@ def one_process(problem_id: str, dsl: str, setting: dict, calls: int) -> dict:
     size = problem.timed_size("cuda")
     for seed in range(5):
         runner.call({"seed": seed, "size": size})
-    if setting.get("no_gc"):
-        gc.collect()
-        gc.freeze()
-        gc.disable()
     times, hosts = [], []
     for seed in range(5, 5 + calls):
         reply = runner.call({"seed": seed, "size": size})
@@ -83,8 +61,8 @@ def one_process(problem_id: str, dsl: str, setting: dict, calls: int) -> dict:
     median = statistics.median(times)
     return {"median_ms": median, "p10_ms": times[len(times) // 10], "p90_ms": times[(9 * len(times)) // 10],
             "spread": (times[(9 * len(times)) // 10] - times[len(times) // 10]) / median,
-            "host_median_ms": statistics.median(hosts), "context_flags": _context_flags(cuda),
-            "cpus": len(os.sched_getaffinity(0))}
+            "host_median_ms": statistics.median(hosts), "context_flags": _context_flags(),
+            "cpus": len(os.sched_getaffinity(0)), "host": host}
 
 
 def main() -> None:
@@ -98,13 +76,13 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one_process(args.problem, args.dsl, SETTINGS[args.child], args.calls)))
+        print(json.dumps(one_process(args.problem, args.dsl, args.child, args.calls)))
         return
     names = args.settings.split(",")
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
         raise SystemExit(f"unknown setting(s) {unknown}: choose from {', '.join(SETTINGS)}")
-    _driver()
+    _has_driver()
     runs: dict[str, list[dict]] = {n: [] for n in names}
     started = time.monotonic()
     for _ in range(args.processes):
@@ -128,7 +106,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"problem": args.problem, "dsl": args.dsl, "processes": args.processes, "calls": args.calls,
-                       "settings": {n: SETTINGS[n] for n in names}, "summary": summary, "runs": runs,
+                       "settings": names, "summary": summary, "runs": runs,
                        "wall_s": time.monotonic() - started}, f, indent=1)
 
 

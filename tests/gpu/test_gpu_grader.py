@@ -77,6 +77,10 @@ def test_outputs_come_back_device_to_device(honest):
     assert honest.draws and {d["transport"] for d in honest.draws} == {"ipc"}
 
 
+def test_the_timing_process_is_pinned_and_spins(honest):
+    assert honest.runtime["host"] == {"cpu": sorted(os.sched_getaffinity(0))[-1], "cuda_schedule": "spin"}
+
+
 def test_row07_side_stream_gains_nothing(grader, honest, tmp_path):
     problem, path = _variant(tmp_path, "side_stream.py", SIDE_STREAM)
     verdict = grader.grade(problem, "cute", path)

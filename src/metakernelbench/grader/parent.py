@@ -313,6 +313,7 @@ class Grader:
         if ready.get("error"):
             raise _Failure("import", "importing the submission failed: " + ready["error"].strip().splitlines()[-1])
         isolation = ready.get("isolation", {})
+        state["host"] = ready.get("host", {})
         state["checks"]["isolation"] = {"passed": True, "detail": {k: "on" if v else "refused by the platform (not "
                                                                    "fatal)" for k, v in isolation.items()}}
         if ready.get("python_threads", 1) != 1:
@@ -379,6 +380,7 @@ class Grader:
         state["timings"]["timed_calls"] = time.monotonic() - t2 - (session.verify_s - verify_before_timing)
         state["runtime"] = _summary(times)
         state["runtime"]["host_median_ms"] = statistics.median(host_times)
+        state["runtime"]["host"] = state.get("host", {})
         if self.device_type == "cuda":
             state["checks"]["isolation"]["detail"]["persisting_l2_reset"] = (
                 "on" if all(l2_resets) else "refused by the platform (not fatal)")

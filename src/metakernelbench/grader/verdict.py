@@ -19,7 +19,9 @@ VERDICT_LEGEND = {
     "draws": "per correctness draw: size, per-output rule, error, budget, pass, and how the outputs came back "
              "(transport: ipc = device to device through CUDA IPC, file = through a parent-sized file)",
     "runtime": "timed calls in ms: median, mean, min, max, p10, p90, spread=(p90-p10)/median, "
-               "max_over_median (super-batching shows here), n, host_median_ms (wall clock of the same calls)",
+               "max_over_median (super-batching shows here), n, host_median_ms (wall clock of the same calls), host (how "
+               "the timing process was steadied on a GPU: the one CPU it was pinned to, CUDA's synchronisation "
+               "schedule; the garbage collector is off inside every timed call)",
     "baseline": "PyTorch eager (and torch.compile where it compiles) timed by the same procedure, one median per "
                 "fresh process; spread=(max-min)/median across processes",
     "speedup_vs_eager": "eager median / submission median; speedup_vs_eager_range uses the slowest and fastest "
