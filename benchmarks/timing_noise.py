@@ -24,21 +24,26 @@ SETTINGS = ("as_graded", "unsteadied")  # child.steady_host (one CPU, spinning s
 
 
 def _has_driver() -> None:
+    from metakernelbench.grader import cuda_ipc
+
     try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        cuda_ipc._lib()
+    except cuda_ipc.TransferError:
         raise SystemExit("no CUDA driver (libcuda.so.1) here: run this on a GPU machine") from None
 
 
 def _context_flags() -> int:
-    cuda, flags, active = ctypes.CDLL("libcuda.so.1"), ctypes.c_uint(), ctypes.c_int()
-    cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
+    from metakernelbench.grader import cuda_ipc
+
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    cuda_ipc._lib().cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
     return flags.value
 
 
 def one_process(problem_id: str, dsl: str, setting: str, calls: int) -> dict:
     """In a fresh process: steady the host as the grader's child does (or not), then time like the grader does."""
     from metakernelbench.grader import child
+    from metakernelbench.grader.parent import _summary
     from metakernelbench.suite import load_problem
 
     host = child.steady_host("cuda:0") if setting == "as_graded" else {}
@@ -57,11 +62,7 @@ def one_process(problem_id: str, dsl: str, setting: str, calls: int) -> dict:
         runner.last = None
         times.append(reply["ms"])
         hosts.append(reply["host_ms"])
-    times.sort()
-    median = statistics.median(times)
-    return {"median_ms": median, "p10_ms": times[len(times) // 10], "p90_ms": times[(9 * len(times)) // 10],
-            "spread": (times[(9 * len(times)) // 10] - times[len(times) // 10]) / median,
-            "host_median_ms": statistics.median(hosts), "context_flags": _context_flags(),
+    return {**_summary(times), "host_median_ms": statistics.median(hosts), "context_flags": _context_flags(),
             "cpus": len(os.sched_getaffinity(0)), "host": host}
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import collections
-import ctypes
 import gc
 import importlib.util
 import json
@@ -287,9 +286,6 @@ def _error_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]
 
 
-CU_CTX_SCHED_SPIN = 0x1  # cuda.h: a synchronising host thread spins instead of yielding or sleeping
-
-
 def steady_host(device: str) -> dict:
     """Before CUDA starts in this process: pin it to one CPU (lane i takes the i-th from the end of the allowed set,
     so lanes do not share) and make CUDA synchronisation spin. The official time of a call includes its host path;
@@ -305,19 +301,7 @@ def steady_host(device: str) -> dict:
         os.sched_setaffinity(0, {cpu})
     except OSError:
         cpu = None
-    return {"cpu": cpu, "cuda_schedule": _spin_schedule(index)}
-
-
-def _spin_schedule(index: int) -> str:
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "default (no libcuda.so.1)"
-    handle = ctypes.c_int()
-    if (driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(handle), index) != 0
-            or driver.cuDevicePrimaryCtxSetFlags(handle, CU_CTX_SCHED_SPIN) != 0):
-        return "default (the driver refused spin)"
-    return "spin"
+    return {"cpu": cpu, "cuda_schedule": cuda_ipc.spin_when_synchronising(index)}
 
 
 def serve(sock: socket.socket, job: dict) -> None:

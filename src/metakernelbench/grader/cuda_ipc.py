@@ -138,3 +138,20 @@ def reset_persisting_l2(device: torch.device) -> bool:
             return lib.cuCtxResetPersistingL2Cache() == 0 and limit_ok
     except TransferError:
         return False
+
+
+CU_CTX_SCHED_SPIN = 0x1  # cuda.h: a synchronising host thread spins instead of yielding or sleeping
+
+
+def spin_when_synchronising(index: int) -> str:
+    """Before the device's primary context exists: make host threads that synchronise with it spin. Returns the
+    schedule now in force, for the verdict."""
+    try:
+        lib = _lib()
+    except TransferError:
+        return "default (no libcuda.so.1)"
+    handle = ctypes.c_int()
+    if (lib.cuInit(0) != 0 or lib.cuDeviceGet(ctypes.byref(handle), index) != 0
+            or lib.cuDevicePrimaryCtxSetFlags(handle, CU_CTX_SCHED_SPIN) != 0):
+        return "default (the driver refused spin)"
+    return "spin"

@@ -380,7 +380,7 @@ class Grader:
         state["timings"]["timed_calls"] = time.monotonic() - t2 - (session.verify_s - verify_before_timing)
         state["runtime"] = _summary(times)
         state["runtime"]["host_median_ms"] = statistics.median(host_times)
-        state["runtime"]["host"] = state.get("host", {})
+        state["runtime"]["host"] = state["host"]
         if self.device_type == "cuda":
             state["checks"]["isolation"]["detail"]["persisting_l2_reset"] = (
                 "on" if all(l2_resets) else "refused by the platform (not fatal)")
