@@ -25,7 +25,7 @@ def main() -> None:
         for round_ in (1, 2):
             for problem in load_suite():
                 for dsl in dsls:
-                    v = grader.grade(problem, dsl, problem.solution_path(dsl))
+                    v = grader.grade(problem, dsl, problem.graded_solution(dsl))
                     rows.append({"round": round_, "problem": problem.id, "dsl": dsl, "passed": v.passed, **v.timings_s})
                     print(f"round {round_} {problem.id:42s} {dsl:5s} passed={v.passed} "
                           f"overhead {v.timings_s['overhead']:6.2f} s  total {v.timings_s['total']:6.2f} s", flush=True)

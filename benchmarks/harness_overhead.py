@@ -49,7 +49,7 @@ class InstantGrader:
 
 def main() -> None:
     submissions = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    problem = load_problem("38")
+    problem = load_problem("28")
     verdict = {"passed": True, "compiled": True, "correct": True, "failed_check": None, "reason": "",
                "runtime": {"median_ms": 0.2, "p10_ms": 0.19, "p90_ms": 0.21, "n": 30, "spread": 0.1},
                "speedup_vs_eager": 5.0, "speedup_vs_eager_range": [4.9, 5.1], "speedup_vs_compile": 1.1,

@@ -73,8 +73,8 @@ def _unnamed_device_us(prof) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsl", default="cute,tirx")
-    parser.add_argument("--problems", help="comma-separated problems, as `mkb` takes them: 53, softmax_topk_router "
-                                           "or moe/53_softmax_topk_router (default: the whole suite)")
+    parser.add_argument("--problems", help="comma-separated problems, as `mkb` takes them: 76, softmax_topk_router_renorm "
+                                           "or moe/76_softmax_topk_router_renorm (default: the whole suite)")
     parser.add_argument("--out")
     args = parser.parse_args()
     try:

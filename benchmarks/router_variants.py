@@ -1,4 +1,4 @@
-"""Router (problem 53) kernel variants side by side, the way its redesigns were measured: exact ids on the
+"""Router (problem 76) kernel variants side by side, the way its redesigns were measured: exact ids on the
 problem's inputs and on tie-heavy stress inputs, weights under the grader's fp64-anchored rule, and CUPTI kernel time
 at the full size and, optionally, at smaller token counts (4224 tokens is one CTA of 32 per H200 SM: its time over a
 load-only kernel's is the single-warp latency of the selection).
@@ -6,7 +6,7 @@ load-only kernel's is the single-warp latency of the selection).
     python benchmarks/router_variants.py FILE[:ENV=VALUE,...] ... [--sweep 4224,8448] [--out FILE]   (trusted code)
 
 Each FILE is a solution module (`solve(logits, top_k)`), such as the references under src/metakernelbench/suite/moe/
-53_softmax_topk_router/ or a copy being tuned; ENV=VALUE pairs are set in its environment, so one file can hold
+76_softmax_topk_router_renorm/ or a copy being tuned; ENV=VALUE pairs are set in its environment, so one file can hold
 switches. Every variant runs in its own process: a crashing kernel cannot poison the next one's CUDA context. On a
 machine without a GPU only the checks run, on the CPU sizes.
 """
@@ -69,7 +69,7 @@ def measure(spec: str, sweep: list[int]) -> dict:
     module_spec = importlib.util.spec_from_file_location("router_variant", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    problem = load_problem("53")
+    problem = load_problem("76")
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
     sizes = ("full", "odd") if gpu else ("cpu", "cpu_odd")

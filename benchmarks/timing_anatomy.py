@@ -17,7 +17,7 @@ from metakernelbench.suite import load_problem
 
 def harness_ms(problem, mode, dsl, calls=30, poison=True, keep_alive=True):
     job = {"mode": mode, "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path), "nonce": "anatomy",
-           "candidate_path": str(problem.solution_path(dsl)) if dsl else None}
+           "candidate_path": str(problem.graded_solution(dsl)) if dsl else None}
     harness_end, _parent_end = socket.socketpair()  # the child reports once before the import; nobody reads it here
     runner = child.Runner(harness_end, job)
     runner.load()
@@ -50,7 +50,7 @@ def plain_ms(fn, inputs, calls=30):
 
 
 def main():
-    problem = load_problem(sys.argv[1] if len(sys.argv) > 1 else "38")
+    problem = load_problem(sys.argv[1] if len(sys.argv) > 1 else "28")
     dsls = sys.argv[2:] or ["tirx"]
     inputs = problem.make_inputs(1, "cuda:0", problem.timed_size("cuda"))
     rows = [("eager plain loop (same inputs, back to back)", plain_ms(problem.module.reference, inputs), None)]

@@ -49,7 +49,7 @@ def one_process(problem_id: str, dsl: str, setting: str, calls: int) -> dict:
     host = child.steady_host("cuda:0") if setting == "as_graded" else {}
     problem = load_problem(problem_id)
     job = {"mode": "candidate", "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path),
-           "nonce": "noise", "candidate_path": str(problem.solution_path(dsl))}
+           "nonce": "noise", "candidate_path": str(problem.graded_solution(dsl))}
     harness_end, _parent_end = socket.socketpair()
     runner = child.Runner(harness_end, job)
     runner.load()

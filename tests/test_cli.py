@@ -21,8 +21,8 @@ def test_list_shows_all_six_problems():
 
 
 def test_task_statements_differ_only_in_the_dsl_section():
-    cute, tirx = mkb("show", "38", "--dsl", "cute").stdout, mkb("show", "38", "--dsl", "tirx").stdout
-    assert "def solve(" not in cute and "solve(x, residual, weight)" in cute
+    cute, tirx = mkb("show", "28", "--dsl", "cute").stdout, mkb("show", "28", "--dsl", "tirx").stdout
+    assert "def solve(" not in cute and "solve(hidden_states, residual, weight)" in cute
     assert "CuTe DSL" in cute and "TIRx" in tirx and cute != tirx
     strip = lambda text: [line for line in text.splitlines() if "CuTe" not in line and "TIRx" not in line
                           and "cute" not in line and "tirx" not in line and "T." not in line]
@@ -33,9 +33,9 @@ def test_task_statements_differ_only_in_the_dsl_section():
 
 
 def test_user_errors_are_one_line_with_nonzero_exit(tmp_path):
-    cases = [("show", "no_such_problem"), ("grade", "38", str(tmp_path / "missing.py"), "--dsl", "tirx"),
-             ("grade", "38", str(HONEST), "--dsl", "cuda"), ("list", "--suite", str(tmp_path / "nowhere")),
-             ("grade", "38", str(HONEST), "--dsl", "tirx", "--device", "cuda")]
+    cases = [("show", "no_such_problem"), ("grade", "28", str(tmp_path / "missing.py"), "--dsl", "tirx"),
+             ("grade", "28", str(HONEST), "--dsl", "cuda"), ("list", "--suite", str(tmp_path / "nowhere")),
+             ("grade", "28", str(HONEST), "--dsl", "tirx", "--device", "cuda")]
     for args in cases:
         proc = mkb(*args)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
@@ -43,14 +43,14 @@ def test_user_errors_are_one_line_with_nonzero_exit(tmp_path):
 
 
 def test_grade_json_verdict_and_exit_codes(tmp_path):
-    proc = mkb("grade", "38", str(HONEST), "--dsl", "tirx", "--device", "cpu", "--json")
+    proc = mkb("grade", "28", str(HONEST), "--dsl", "tirx", "--device", "cpu", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)
     assert verdict["passed"] and verdict["correct"] and verdict["runtime"]["n"] == 30
     assert {"ghost_replay", "dsl_share", "unpatched", "threads", "timer", "roofline"} <= set(verdict["checks"])
     broken = tmp_path / "broken.py"
     broken.write_text("def solve(:\n")
-    failed = mkb("grade", "38", str(broken), "--dsl", "tirx", "--device", "cpu")
+    failed = mkb("grade", "28", str(broken), "--dsl", "tirx", "--device", "cpu")
     assert failed.returncode == 1 and "static_rules" in failed.stdout and "syntax error" in failed.stdout
 
 
@@ -63,14 +63,14 @@ def test_audit_passes_and_legend_explains_fields():
 def test_run_bad_configurations_are_one_line_errors(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
 
-    def run_args(model="reference", problems="38", dsls="tirx", arms="solo", *extra):
+    def run_args(model="reference", problems="28", dsls="tirx", arms="solo", *extra):
         return ["run", "--model", model, "--problems", problems, "--dsls", dsls, "--arms", arms, "--device", "cpu",
                 "--db", str(tmp_path / "run.sqlite"), *extra]
 
     cases = [(run_args("foo:bar"), "openai:MODEL"), (run_args("openai:gpt-x"), "OPENAI_API_KEY"),
              (run_args(arms="solo,skill"), "--dsls"), (run_args(problems="999"), "mkb list"),
-             (run_args("reference", "38", "tirx", "solo", "--concurrency", "0"), "--concurrency"),
-             (run_args("reference", "38", "tirx", "solo", "--families", "moe"), "choose from mlp_norm")]
+             (run_args("reference", "28", "tirx", "solo", "--concurrency", "0"), "--concurrency"),
+             (run_args("reference", "28", "tirx", "solo", "--families", "moe"), "choose from mlp_norm")]
     for args, fix in cases:
         proc = subprocess.run([sys.executable, "-m", "metakernelbench", *args], capture_output=True, text=True,
                               timeout=300, env=env)

@@ -83,7 +83,7 @@ def grader():
 def _trial(tmp_path: Path, budget: Budget = Budget()) -> tuple[Store, TrialSpec]:
     store = Store(tmp_path / "store" / "s.sqlite")
     store.ensure_run("r", {}, {})
-    spec = TrialSpec("r", "command:test", "mlp_norm/38_fused_add_rmsnorm", "tirx", "solo", 0, budget=budget)
+    spec = TrialSpec("r", "command:test", "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b", "tirx", "solo", 0, budget=budget)
     store.add_trials([spec])
     store.start_trial(spec.trial_id, {})
     return store, spec
@@ -96,7 +96,7 @@ def _python(script: str, *args: str) -> str:
 def test_honest_agent_passes_through_submit_and_leaves_its_skill(grader, tmp_path):
     store, spec = _trial(tmp_path)
     agent = _python(HONEST_AGENT, (ADVERSARIAL / "honest_rmsnorm.py").read_text())
-    result = run_command_trial(spec, agent, grader, load_problem("38"), store, None)
+    result = run_command_trial(spec, agent, grader, load_problem("28"), store, None)
     assert result.passed and result.submissions == 1 and result.best_submission == 0, result
     assert result.stop_reason == "agent exited" and result.isolation == "bwrap" and result.turns is None
     row = store.trial(spec.trial_id)
@@ -125,7 +125,7 @@ def test_agent_searching_the_file_system_finds_no_solution_store_or_secret(grade
     seen = json.loads((tmp_path / "SKILL.md").read_text())
     assert seen["suite_files"] and seen["marker_files"] and seen["canary_in_env"] and str(REPO) in seen["visible_paths"]
 
-    result = run_command_trial(spec, _python(SEARCH_AGENT, "/", *args), grader, load_problem("38"), store, None,
+    result = run_command_trial(spec, _python(SEARCH_AGENT, "/", *args), grader, load_problem("28"), store, None,
                                env_keys=("MKB_TEST_AGENT_KEY",))
     assert result.isolation == "bwrap" and result.stop_reason == "agent exited"
     report = json.loads(store.trial(spec.trial_id).skill)
@@ -141,7 +141,7 @@ def test_submissions_beyond_the_budget_are_refused(grader, tmp_path):
     kernel = (ADVERSARIAL / "bad_syntax.py").read_text()
     agent = (f"printf %s {shlex.quote(kernel)} > kernel.py; for i in 1 2 3 4 5; do ./submit > /dev/null; "
              'code=$?; echo "submit $i: $code" >> SKILL.md; [ $code = 2 ] && break; done')
-    result = run_command_trial(spec, agent, grader, load_problem("38"), store, None)
+    result = run_command_trial(spec, agent, grader, load_problem("28"), store, None)
     assert result.submissions == 2 and not result.passed and result.stop_reason == "budget: submissions"
     row = store.trial(spec.trial_id)
     assert row.skill.splitlines() == ["submit 1: 1", "submit 2: 1", "submit 3: 2"]
@@ -163,7 +163,7 @@ def _processes_with(argument: bytes) -> list[str]:
 def test_agent_past_its_wall_budget_is_killed_with_everything_it_started(grader, tmp_path):
     store, spec = _trial(tmp_path, Budget(wall_s=2.0))
     started = time.monotonic()
-    result = run_command_trial(spec, "(sleep 987654 &); sleep 987654", grader, load_problem("38"), store, None)
+    result = run_command_trial(spec, "(sleep 987654 &); sleep 987654", grader, load_problem("28"), store, None)
     assert result.stop_reason == "budget: wall time" and result.submissions == 0 and not result.passed
     assert time.monotonic() - started < 10
     assert _processes_with(b"987654") == []
@@ -174,7 +174,7 @@ def test_without_bubblewrap_the_agent_runs_as_nobody_or_not_at_all(grader, tmp_p
     monkeypatch.setattr(command, "BWRAP", "mkb-no-such-bwrap")
     store, spec = _trial(tmp_path)
     try:
-        result = run_command_trial(spec, "id -un > SKILL.md", grader, load_problem("38"), store, None)
+        result = run_command_trial(spec, "id -un > SKILL.md", grader, load_problem("28"), store, None)
     except ClientError as exc:  # nobody could reach the repository here (or this is not root): refused, with the fix
         assert "apt-get install bubblewrap" in str(exc)
         return

@@ -17,7 +17,7 @@ from metakernelbench.protocol.runner import execute
 from metakernelbench.store import Store
 
 HONEST = Path(__file__).parent / "adversarial" / "honest_rmsnorm.py"
-RMSNORM = "mlp_norm/38_fused_add_rmsnorm"
+RMSNORM = "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b"
 
 
 class SlowClient:

@@ -11,7 +11,7 @@ from metakernelbench.store.export import LEGEND, export
 def _store(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     store.ensure_run("r", {}, {})
-    specs = plan("r", "m", ["mlp_norm/38_fused_add_rmsnorm"], ["tirx"], ["solo"])
+    specs = plan("r", "m", ["mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b"], ["tirx"], ["solo"])
     store.add_trials(specs)
     first = specs[0].trial_id
     store.start_trial(first, {"temperature": 0.2})

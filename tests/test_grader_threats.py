@@ -48,7 +48,7 @@ PYTHONPATH = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", 
 BASE = GraderConfig(device="cpu", warmup_calls=2, timed_calls=5, reverified_calls=3, baseline_processes=1,
                     import_timeout_s=60, first_call_timeout_s=60, call_timeout_s=20, total_timeout_s=300,
                     extra_env={"PYTHONPATH": PYTHONPATH})
-# A plausible host roofline (50 GB/s, 1 TFLOP/s): problem 38 at size cpu moves 263 kB, so the floor is ~5 us.
+# A plausible host roofline (50 GB/s, 1 TFLOP/s): problem 28 at size cpu moves 198 kB, so the floor is ~4 us.
 CPU_PEAKS = dict(peak_bandwidth=50e9, peak_flops=1e12)
 STATIC_OFF = dict(static_rules=False)
 
@@ -69,8 +69,8 @@ def grader():
 
 
 @pytest.fixture(scope="module")
-def p38():
-    return load_problem("38")
+def p28():
+    return load_problem("28")
 
 
 @contextlib.contextmanager
@@ -105,8 +105,8 @@ def assert_rejected(v, checks: str | tuple[str, ...], reason: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # The honest baseline
 # ---------------------------------------------------------------------------------------------------------------
-def test_honest_submission_passes(grader, p38):
-    v = grade(grader, p38, HONEST)
+def test_honest_submission_passes(grader, p28):
+    v = grade(grader, p28, HONEST)
     assert v.passed, describe(v)
     assert v.compiled and v.correct and v.failed_check is None
     assert v.checks["ghost_replay"]["passed"] and v.checks["threads"]["passed"] and v.checks["unpatched"]["passed"]
@@ -117,8 +117,8 @@ def test_honest_submission_passes(grader, p38):
     assert v.speedup_vs_eager and v.speedup_vs_eager > 0
 
 
-def test_honest_submission_passes_under_cpu_roofline(grader, p38):
-    v = grade(grader, p38, HONEST, **CPU_PEAKS)
+def test_honest_submission_passes_under_cpu_roofline(grader, p28):
+    v = grade(grader, p28, HONEST, **CPU_PEAKS)
     assert v.passed, describe(v)
     assert v.roofline["floor_ms"] and 0 < v.roofline["fraction"] < 1
 
@@ -136,12 +136,12 @@ THREATS = [
     # 2: hunt expected outputs via gc / frames
     pytest.param("row02_read_expected.py", {}, "static_rules", r"import of 'gc' is not allowed", id="02-static"),
     pytest.param("row02_read_expected.py", STATIC_OFF, ("correctness", "runtime_error"),
-                 r"size 'cpu', output 'out'|not allowed", id="02-runtime"),
+                 r"size 'cpu', output 'y'|not allowed", id="02-runtime"),
     # 3: mutate the inputs so a later reference agrees
     pytest.param("row03_mutate_inputs.py", {}, "integrity",
                  r"input 0 was modified but the problem does not declare it an in-place output", id="03-mutate-inputs"),
     # 4: uninitialised outputs (stale memory) -> poisoned
-    pytest.param("row04_stale_memory.py", {}, "correctness", r"output 'out': (\d+ non-finite values|error)",
+    pytest.param("row04_stale_memory.py", {}, "correctness", r"output 'y': (\d+ non-finite values|error)",
                  id="04-stale-memory"),
     pytest.param("row04b_stale_when_timed.py", {}, "correctness",
                  r"timed call \d+ was wrong.*honest only while checked", id="04b-stale-when-timed"),
@@ -186,17 +186,17 @@ THREATS = [
                  id="11b-exit-early"),
     # 12: seeds from env/argv, precomputed at import
     pytest.param("row12_seed_peek.py", {}, "static_rules", r"import of 'os' is not allowed", id="12-static"),
-    pytest.param("row12_seed_peek.py", STATIC_OFF, "correctness", r"size 'cpu', output 'out'", id="12-runtime"),
+    pytest.param("row12_seed_peek.py", STATIC_OFF, "correctness", r"size 'cpu', output 'y'", id="12-runtime"),
     # 13 (gap): bf16 accumulation; fails atol=rtol=1e-2 yet sits inside the current budget
-    pytest.param("row13_precision_downgrade.py", {}, "correctness", r"output 'out'.*budget", id="13-precision-downgrade"),
+    pytest.param("row13_precision_downgrade.py", {}, "correctness", r"output 'y'.*budget", id="13-precision-downgrade"),
     # 14: constant output
-    pytest.param("row14_constant_output.py", {}, "correctness", r"output 'out': error .* got 0,", id="14-constant-output"),
+    pytest.param("row14_constant_output.py", {}, "correctness", r"output 'y': error .* got 0,", id="14-constant-output"),
     # 15: closed form from the generator's distribution (caught per draw with p~0.5 only; see report)
-    pytest.param("row15_closed_form.py", {}, "correctness", r"output 'out'", id="15-closed-form"),
+    pytest.param("row15_closed_form.py", {}, "correctness", r"output 'y'", id="15-closed-form"),
     # 16: hard-coded cpu shape, rejected at the cpu_odd size
-    pytest.param("row16_hardcoded_shape.py", {}, "correctness", r"size 'cpu_odd', output 'out'", id="16-hardcoded-shape"),
+    pytest.param("row16_hardcoded_shape.py", {}, "correctness", r"size 'cpu_odd', output 'y'", id="16-hardcoded-shape"),
     # 17: super-batching by predicting later inputs
-    pytest.param("row17_superbatch.py", {}, "correctness", r"size 'cpu', output 'out'", id="17-superbatch"),
+    pytest.param("row17_superbatch.py", {}, "correctness", r"size 'cpu', output 'y'", id="17-superbatch"),
     # 18: persisting L2 (GPU): static rule here
     pytest.param("row18_l2_persistence.py", {}, "static_rules", r"L2 persistence", id="18-static"),
     # 19: crash the worker (segfault); test_grader_survives_bad_submissions checks the next grading
@@ -218,8 +218,8 @@ THREATS = [
 
 
 @pytest.mark.parametrize("name, changes, checks, reason", THREATS)
-def test_threat_rejected(grader, p38, name, changes, checks, reason):
-    v = grade(grader, p38, name, **changes)
+def test_threat_rejected(grader, p28, name, changes, checks, reason):
+    v = grade(grader, p28, name, **changes)
     assert_rejected(v, checks, reason)
 
 
@@ -231,45 +231,45 @@ def test_every_row_has_an_exploit_file():
         assert doc.startswith('"""') and doc.endswith('"""'), f"{p.name} needs a one-line docstring"
 
 
-def test_row05_pointer_cache_never_hits(grader, p38):
+def test_row05_pointer_cache_never_hits(grader, p28):
     """Runtime side of row 5: fresh storage per call with old buffers kept alive, so the cache can never serve."""
-    v = grade(grader, p38, "row05_cache_by_pointer.py", **STATIC_OFF)
+    v = grade(grader, p28, "row05_cache_by_pointer.py", **STATIC_OFF)
     hits = [int(h) for h in re.findall(r"hits=(\d+)", v.stdout_tail)]
     assert hits and max(hits) == 0, describe(v)
     assert v.passed, f"with no hits the file is an honest kernel and should pass: {describe(v)}"
 
 
-def test_row12_and_row17_never_predict_inputs(grader, p38):
+def test_row12_and_row17_never_predict_inputs(grader, p28):
     """Seeds come from `secrets` after import: precomputed / super-batched answers never match a real call."""
     for name in ("row12_seed_peek.py", "row17_superbatch.py"):
-        v = grade(grader, p38, name, **STATIC_OFF)
+        v = grade(grader, p28, name, **STATIC_OFF)
         hits = [int(h) for h in re.findall(r"hits=(\d+)", v.stdout_tail)]
         assert hits and max(hits) == 0, describe(v)
 
 
-def test_row11_fake_verdict_on_stdout_is_ignored(grader, p38):
-    v = grade(grader, p38, "row11b_exit_early.py", **STATIC_OFF)
+def test_row11_fake_verdict_on_stdout_is_ignored(grader, p28):
+    v = grade(grader, p28, "row11b_exit_early.py", **STATIC_OFF)
     assert '"passed": true' in v.stdout_tail and not v.passed and v.failed_check == "crash", describe(v)
 
 
-def test_row07_timer_check_flags_escaped_work(p38):
+def test_row07_timer_check_flags_escaped_work(p28):
     """Row 7's runtime defence on a GPU is the device-timer vs wall-clock check; exercise it through the verdict logic."""
     g = Grader(dataclasses.replace(BASE))
     state = {"checks": {}, "roofline": {"floor_ms": None}}
-    failure = g._judge(p38, state, {"median_ms": 0.01, "host_median_ms": 2.0})
+    failure = g._judge(p28, state, {"median_ms": 0.01, "host_median_ms": 2.0})
     assert failure is not None and failure.check == "timer" and "escaped the timer" in failure.reason
     assert state["checks"]["timer"]["passed"] is False
     state = {"checks": {}, "roofline": {"floor_ms": None}}
-    assert g._judge(p38, state, {"median_ms": 1.9, "host_median_ms": 2.0}) is None
+    assert g._judge(p28, state, {"median_ms": 1.9, "host_median_ms": 2.0}) is None
 
 
-def test_row20_roofline_verdict_logic(p38):
+def test_row20_roofline_verdict_logic(p28):
     g = Grader(dataclasses.replace(BASE, **CPU_PEAKS))
-    inputs = p38.make_inputs(0, "cpu", "cpu")
-    roof = g._roofline(p38, "cpu", 1e-4)
-    assert roof["floor_ms"] == pytest.approx(p38.bytes_moved(inputs, ()) / CPU_PEAKS["peak_bandwidth"] * 1e3)
+    inputs = p28.make_inputs(0, "cpu", "cpu")
+    roof = g._roofline(p28, "cpu", 1e-4)
+    assert roof["floor_ms"] == pytest.approx(p28.bytes_moved(inputs, ()) / CPU_PEAKS["peak_bandwidth"] * 1e3)
     state = {"checks": {}, "roofline": roof}
-    failure = g._judge(p38, state, {"median_ms": 1e-4, "host_median_ms": 1e-4})
+    failure = g._judge(p28, state, {"median_ms": 1e-4, "host_median_ms": 1e-4})
     assert failure is not None and failure.check == "roofline" and "below the physical floor" in failure.reason
 
 
@@ -300,29 +300,28 @@ def test_static_rules_block_reexported_modules(snippet):
 # Row 13: the float budget itself (compare is the parent's)
 # ---------------------------------------------------------------------------------------------------------------
 def _rmsnorm_variants(x, residual, weight):
-    h = (x.float() + residual.float()).bfloat16()
-    hf = h.float()
-    inv = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-5)
-    acc = torch.zeros(hf.shape[0], dtype=torch.bfloat16)
-    for j in range(hf.shape[1]):  # sum of squares accumulated in bf16
-        acc = (acc.float() + (hf[:, j] * hf[:, j]).bfloat16().float()).bfloat16()
+    h = x.float() + residual.float()  # the sum stays in fp32, as the problem says
+    inv = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
+    acc = torch.zeros(h.shape[0], dtype=torch.bfloat16)
+    for j in range(h.shape[1]):  # sum of squares accumulated in bf16
+        acc = (acc.float() + (h[:, j] * h[:, j]).bfloat16().float()).bfloat16()
     return {
-        "fp32_accumulation_honest": (hf * inv * weight.float()).bfloat16(),
-        "bf16_accumulation": (hf * torch.rsqrt(acc.float()[:, None] / hf.shape[1] + 1e-5) * weight.float()).bfloat16(),
-        "fp8_e4m3_output_precision": (hf * inv * weight.float()).to(torch.float8_e4m3fn).bfloat16(),
-    }, h
+        "fp32_accumulation_honest": (h * inv * weight.float()).bfloat16(),
+        "bf16_accumulation": (h * torch.rsqrt(acc.float()[:, None] / h.shape[1] + 1e-5) * weight.float()).bfloat16(),
+        "fp8_e4m3_output_precision": (h * inv * weight.float()).to(torch.float8_e4m3fn).bfloat16(),
+    }
 
 
 @pytest.mark.parametrize("variant, should_pass", [("fp32_accumulation_honest", True), ("bf16_accumulation", False),
                                                   ("fp8_e4m3_output_precision", False)])
-def test_float_budget_rejects_precision_downgrades(p38, variant, should_pass):
+def test_float_budget_rejects_precision_downgrades(p28, variant, should_pass):
     for size in ("cpu", "cpu_odd"):
         for seed in (1, 2):
-            inputs = p38.make_inputs(seed, "cpu", size)
-            lp = p38.reference(*[t.clone() for t in inputs])
-            wide = p38.reference(*[t.double() for t in inputs])
-            outs, h = _rmsnorm_variants(*inputs)
-            check = compare(p38, (outs[variant], h), lp, wide)[0]
+            inputs = p28.make_inputs(seed, "cpu", size)
+            lp = p28.reference(*[t.clone() for t in inputs])
+            wide = p28.reference(*[t.double() for t in inputs])
+            outs = _rmsnorm_variants(*inputs)
+            check = compare(p28, (outs[variant],), lp, wide)[0]
             loose = torch.allclose(outs[variant].float(), lp[0].float(), atol=1e-2, rtol=1e-2)
             assert check.passed == should_pass, (
                 f"{variant} at {size}/seed {seed}: passed={check.passed} error={check.error:.4g} "
@@ -383,9 +382,9 @@ BAD = [
     pytest.param("bad_syntax.py", STATIC_OFF, "import", r"SyntaxError", id="syntax-error-runtime"),
     pytest.param("bad_no_solve.py", {}, "static_rules", r"no top-level function `solve", id="no-solve"),
     pytest.param("bad_no_solve.py", STATIC_OFF, "import", r"defines no callable `solve`", id="no-solve-runtime"),
-    pytest.param("bad_shape.py", {}, "correctness", r"output 'out': shape \(512, 64\) != expected \(64, 512\)",
+    pytest.param("bad_shape.py", {}, "correctness", r"output 'y': shape \(512, 64\) != expected \(64, 512\)",
                  id="wrong-shape"),
-    pytest.param("bad_dtype.py", {}, "correctness", r"output 'out': dtype torch\.float32 != expected torch\.bfloat16",
+    pytest.param("bad_dtype.py", {}, "correctness", r"output 'y': dtype torch\.float32 != expected torch\.bfloat16",
                  id="wrong-dtype"),
     pytest.param("bad_raises.py", {}, "runtime_error", r"solve raised: ValueError: deliberate failure inside solve",
                  id="exception"),
@@ -400,14 +399,14 @@ BAD = [
 
 
 @pytest.mark.parametrize("name, changes, checks, reason", BAD)
-def test_grader_survives_bad_submissions(grader, p38, name, changes, checks, reason):
+def test_grader_survives_bad_submissions(grader, p28, name, changes, checks, reason):
     started = time.monotonic()
-    v = grade(grader, p38, name, **changes)
+    v = grade(grader, p28, name, **changes)
     assert_rejected(v, checks, reason)
     assert "\n" not in v.reason, "a verdict's reason is one line"
     if changes.get("call_timeout_s"):
         assert time.monotonic() - started < 30, "a hung child must be killed at its call timeout"
-    after = grade(grader, p38, HONEST, **changes)
+    after = grade(grader, p28, HONEST, **changes)
     assert after.passed, f"the grading after {name} failed: {describe(after)}"
 
 
@@ -418,8 +417,8 @@ def _probe_lines(stdout: str) -> dict:
     return dict(re.findall(r"PROBE (\w+)=(\S*)", stdout))
 
 
-def test_child_environment_cwd_and_output_cap(grader, p38):
-    v = grade(grader, p38, "also_required_probe.py", **STATIC_OFF)  # the probe reaches os/open via re-exports
+def test_child_environment_cwd_and_output_cap(grader, p28):
+    v = grade(grader, p28, "also_required_probe.py", **STATIC_OFF)  # the probe reaches os/open via re-exports
     assert v.passed, describe(v)
     probe = _probe_lines(v.stdout_tail)
     assert probe.get("env_canary") == "absent", f"a secret-named variable reached the child: {v.stdout_tail[-400:]}"
@@ -436,7 +435,7 @@ from metakernelbench.grader import Grader, GraderConfig
 from metakernelbench.suite import load_problem
 g = Grader(GraderConfig(device="cpu", warmup_calls=1, timed_calls=2, baseline_processes=1, static_rules=False,
                         extra_env={"PYTHONPATH": sys.argv[2]}))
-problem = load_problem("38")
+problem = load_problem("28")
 g.grade(problem, "tirx", sys.argv[3])  # warm up: fork server, eager baseline
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 v = g.grade(problem, "tirx", sys.argv[1])
@@ -476,17 +475,17 @@ def test_row19_child_cannot_kill_the_grading_process(tmp_path):
     assert not result["passed"], result
 
 
-def test_row19_killed_fork_server_does_not_break_later_grading(p38):
+def test_row19_killed_fork_server_does_not_break_later_grading(p28):
     """Own Grader: when this defence is missing, the killed fork server would break every later test's grading."""
     with Grader(dataclasses.replace(BASE, **STATIC_OFF)) as g:  # the file reaches os through a re-export
-        assert g.grade(p38, "tirx", HONEST).passed  # fork server up, eager baseline cached
+        assert g.grade(p28, "tirx", HONEST).passed  # fork server up, eager baseline cached
         try:
-            v = g.grade(p38, "tirx", ADV / "row19b_kill_fork_server.py")
+            v = g.grade(p28, "tirx", ADV / "row19b_kill_fork_server.py")
         except Exception as exc:  # noqa: BLE001 - a raise instead of a verdict is the failure under test
             pytest.fail(f"grade() raised {type(exc).__name__}: {exc} instead of returning a verdict")
         assert not v.passed, describe(v)
         try:
-            after = g.grade(p38, "tirx", HONEST)
+            after = g.grade(p28, "tirx", HONEST)
         except Exception as exc:  # noqa: BLE001
             pytest.fail(f"after a submission killed the fork server, grade() raises {type(exc).__name__}: {exc}")
         assert after.passed, describe(after)

@@ -15,7 +15,7 @@ def grader():
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=[p.name for p in PROBLEMS])
 def test_tirx_reference_passes_the_grader_on_cpu(grader, problem):
-    verdict = grader.grade(problem, "tirx", problem.solution_path("tirx"))
+    verdict = grader.grade(problem, "tirx", problem.graded_solution("tirx"))
     assert verdict.passed, f"{verdict.failed_check}: {verdict.reason}\n{verdict.stderr_tail[-1500:]}"
     assert {d["size"] for d in verdict.draws} == {"cpu", "cpu_odd"}
     assert verdict.checks["ghost_replay"]["passed"] and verdict.checks["dsl_share"]["share"] >= 0.1

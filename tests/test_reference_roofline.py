@@ -16,7 +16,7 @@ def run(*args):
 
 
 def test_an_unknown_problem_is_refused_by_name():
-    done = run("--problems", "53,99")
+    done = run("--problems", "76,99")
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1].startswith("reference_roofline: problem '99' is not in the suite")
     assert "mkb list" in done.stderr
@@ -24,7 +24,7 @@ def test_an_unknown_problem_is_refused_by_name():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only refusal")
 def test_numbers_names_and_ids_resolve_and_a_cpu_machine_is_refused():
-    done = run("--problems", "53,fused_add_rmsnorm,moe/53_softmax_topk_router")
+    done = run("--problems", "76,fused_add_rmsnorm_h4096_llama31_8b,moe/76_softmax_topk_router_renorm")
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [
         "reference_roofline: needs a CUDA GPU; on a CPU-only machine `mkb validate` compile-checks the references instead"]

@@ -47,7 +47,7 @@ def test_report_carries_refinement_read_from_the_store(tmp_path):
 
     store = Store(tmp_path / "s.sqlite")
     store.ensure_run("r", {}, {})
-    specs = plan("r", "m", ["mlp_norm/38_fused_add_rmsnorm", "moe/53_softmax_topk_router"], ["tirx"], ["solo"],
+    specs = plan("r", "m", ["mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b", "moe/76_softmax_topk_router_renorm"], ["tirx"], ["solo"],
                  solo_control=False)
     store.add_trials(specs)
     verdicts = [[{"compiled": False, "passed": False, "draws": [0] * 50},

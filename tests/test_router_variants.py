@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "router_variants.py"
-REFERENCE = ROOT / "src/metakernelbench/suite/moe/53_softmax_topk_router/tirx.py"
+REFERENCE = ROOT / "src/metakernelbench/suite/moe/76_softmax_topk_router_renorm/tirx.py"
 
 # torch.topk is exact on values but does not promise the lower expert id first among equal logits.
 TIES_BY_HIGHER_ID = '''

@@ -21,7 +21,7 @@ def _replay_dir(tmp_path: Path) -> Path:
 
 def _mkb_run(replay: Path, db: Path) -> subprocess.Popen:
     args = [sys.executable, "-m", "metakernelbench", "run", "--model", f"replay:{replay}",
-            "--problems", "38", "--dsls", "cute,tirx", "--arms", "solo,skill", "--device", "cpu", "--db", str(db)]
+            "--problems", "28", "--dsls", "cute,tirx", "--arms", "solo,skill", "--device", "cpu", "--db", str(db)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 

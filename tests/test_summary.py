@@ -7,7 +7,7 @@ from metakernelbench.store import Store
 def test_summary_counts_arms_and_labels_offline_runs(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     store.ensure_run("r", {}, {})
-    specs = plan("r", "reference", ["mlp_norm/38_fused_add_rmsnorm"], ["cute", "tirx"], ["solo", "skill"],
+    specs = plan("r", "reference", ["mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b"], ["cute", "tirx"], ["solo", "skill"],
                  solo_control=False)
     store.add_trials(specs)
     solo_cute, solo_tirx, skill_tirx_from_cute, skill_cute_from_tirx = specs[0], specs[1], specs[2], specs[3]
@@ -20,6 +20,6 @@ def test_summary_counts_arms_and_labels_offline_runs(tmp_path):
     text = summarise(store, "r")
     assert "OFFLINE client" in text
     assert "| solo | 2 | 2 | 1 | 0 | 20 | n/a |" in text and "| skill | 2 | 0 | 0 | 1 | 0 | n/a |" in text
-    row = next(line for line in text.splitlines() if line.startswith("| mlp_norm/38"))
+    row = next(line for line in text.splitlines() if line.startswith("| mlp_norm/28"))
     assert "pass 5.50x" in row and "fail" in row and "skipped" in row and "pending" in row
     assert "No trials" in summarise(store, "other")

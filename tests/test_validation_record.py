@@ -1,43 +1,45 @@
-"""The newest committed H200 validation record vouches for the reference solutions as committed: every variant of
-the suite graded and passed on the GPU with every isolation check on, and each file's hash is today's. A reference
-changed without a new GPU record fails here."""
-import hashlib
+"""The ledger vouches for every committed reference solution: each variant's graded file (kit inlined), by its
+current sha256, has a record of passing the grader on an H200 with every isolation check on. A reference or kit edited
+without a new record fails here: run `mkb validate --changed` on an H200 and commit the record it writes."""
 import json
-import re
 from pathlib import Path
 
-from metakernelbench.dsl import DSL_NAMES
+import pytest
+
+from metakernelbench.dsl import dsl_names
+from metakernelbench.grader.validation import LedgerRecord, read_ledger, record_name
 from metakernelbench.suite import load_suite
 
-VALIDATION = Path(__file__).resolve().parents[1] / "validation"
+LEDGER = Path(__file__).resolve().parents[1] / "validation" / "ledger"
+VARIANTS = [(p, d) for p in load_suite() for d in dsl_names() if p.solution_path(d).is_file()]
 
 
-def newest_record() -> dict:
-    full = sorted(p for p in VALIDATION.glob("h200-*.json") if re.fullmatch(r"h200-\d{4}-\d{2}-\d{2}\.json", p.name))
-    assert full, "no full validation record (validation/h200-YYYY-MM-DD.json)"
-    return json.loads(full[-1].read_text())
+@pytest.fixture(scope="module")
+def ledger():
+    return read_ledger(LEDGER)
 
 
-def test_newest_record_grades_every_variant_on_the_gpu():
-    record = newest_record()
-    assert record["mode"] == "grade" and record["environment"]["device"] == "cuda"
-    graded = {(row["problem"], row["dsl"]) for row in record["variants"]}
-    assert graded == {(p.id, dsl) for p in load_suite() for dsl in DSL_NAMES}
-    assert record["summary"]["passed"] == record["summary"]["total"] == len(graded)
+@pytest.mark.parametrize("problem,dsl", VARIANTS, ids=[f"{p.number:02d}-{d}" for p, d in VARIANTS])
+def test_a_passing_h200_record_vouches_for_the_graded_reference(ledger, problem, dsl):
+    sha = problem.solution_sha256(dsl)
+    vouching = [r for r in ledger if r.vouches_for(problem.id, dsl, sha, "H200")]
+    assert vouching, (f"no passing H200 record for {problem.id} [{dsl}] at sha256 {sha[:12]}: run "
+                      f"`mkb validate --changed` on an H200 and commit the record")
+    for record in vouching:
+        isolation = record.verdict["checks"]["isolation"]
+        assert isolation["passed"] and set(isolation["detail"].values()) == {"on"}, (problem.id, dsl, isolation)
+        assert record.verdict["file_sha256"] == sha and record.verdict["device"].endswith(f"({record.gpu})")
 
 
-def test_newest_record_passed_with_every_isolation_check_on():
-    for row in newest_record()["variants"]:
-        verdict = row["verdict"]
-        assert row["passed"] and verdict["passed"], row["problem"]
-        isolation = verdict["checks"]["isolation"]
-        assert isolation["passed"] and set(isolation["detail"].values()) == {"on"}, (row["problem"], isolation)
+def test_ledger_lines_are_whole_records(tmp_path):
+    row = {field: None for field in LedgerRecord.__dataclass_fields__}
+    (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n\n")
+    assert len(read_ledger(tmp_path)) == 1
+    (tmp_path / "b.jsonl").write_text(json.dumps({"problem": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"b\.jsonl:1: not a ledger record"):
+        read_ledger(tmp_path)
 
 
-def test_newest_record_hashes_match_the_committed_references():
-    problems = {p.id: p for p in load_suite()}
-    for row in newest_record()["variants"]:
-        path = problems[row["problem"]].solution_path(row["dsl"])
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == row["verdict"]["file_sha256"], (
-            f"{path} changed since the newest validation record: re-run `mkb validate --out "
-            f"validation/h200-DATE.json` on a GPU")
+def test_record_names_say_gpu_and_time():
+    name = record_name("NVIDIA H200")
+    assert name.startswith("h200-20") and name.endswith(".jsonl")

@@ -5,11 +5,13 @@ import functools
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -36,12 +38,12 @@ def _problems(suite: Optional[Path], names: Optional[str] = None):
 
 
 def _dsls(value: Optional[str]) -> list[str]:
-    from metakernelbench.dsl import DSL_NAMES
+    from metakernelbench.dsl import dsl_names
 
-    chosen = [d.strip() for d in value.split(",")] if value else list(DSL_NAMES)
+    chosen = [d.strip() for d in value.split(",")] if value else list(dsl_names())
     for dsl in chosen:
-        if dsl not in DSL_NAMES:
-            _fail(f"unknown DSL '{dsl}'; choose from {', '.join(DSL_NAMES)}")
+        if dsl not in dsl_names():
+            _fail(f"unknown DSL '{dsl}'; choose from {', '.join(dsl_names())}")
     return chosen
 
 
@@ -68,6 +70,20 @@ def list_problems(suite: Optional[Path] = SuiteOption) -> None:
     console.print(table)
 
 
+@app.command("dsls")
+def list_dsls() -> None:
+    """List the registered DSLs: name, title, whether installed, versions (a DSL package adds itself by entry point)."""
+    from metakernelbench.dsl import dsl_names, get_adapter
+
+    table = Table("name", "title", "installed", "versions")
+    for name in dsl_names():
+        adapter = get_adapter(name)
+        found = adapter.versions()
+        table.add_row(name, adapter.title, "yes" if adapter.available() else "no",
+                      ", ".join(f"{k} {v}" for k, v in found.items() if v) or "-")
+    console.print(table)
+
+
 @app.command()
 def show(problem: str, dsl: Optional[str] = typer.Option(None, help="Print the task statement for this DSL."),
          suite: Optional[Path] = SuiteOption) -> None:
@@ -87,7 +103,7 @@ def show(problem: str, dsl: Optional[str] = typer.Option(None, help="Print the t
 
 
 @app.command()
-def grade(problem: str, file: Path, dsl: str = typer.Option(..., help="The variant's DSL: cute or tirx."),
+def grade(problem: str, file: Path, dsl: str = typer.Option(..., help="The variant's DSL (`mkb dsls` lists them)."),
           device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu (default: cuda if present)."),
           as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
           suite: Optional[Path] = SuiteOption) -> None:
@@ -136,33 +152,64 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
              problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: all)."),
              device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
              arch: str = typer.Option("sm_90a", help="GPU arch for compile checks on a CPU-only machine."),
-             out: Optional[Path] = typer.Option(None, help="Write the JSON record here."),
+             changed: bool = typer.Option(False, "--changed", help="Grade only variants the ledger does not vouch "
+                                          "for on this GPU (their graded file, GPU or versions changed)."),
+             ledger: Path = typer.Option(Path("validation/ledger"), help="The ledger folder (*.jsonl records)."),
+             record: Optional[Path] = typer.Option(None, help="Append this run's records here (default: a new "
+                                                   "file in the ledger folder)."),
              compile_baseline: Optional[bool] = typer.Option(
                  None, "--compile-baseline/--no-compile-baseline",
                  help="Also time torch.compile of the reference (default: on a GPU)."),
              suite: Optional[Path] = SuiteOption) -> None:
-    """Grade every reference solution on the GPU; on a CPU-only machine, compile each for --arch instead."""
-    from metakernelbench.grader.validation import validate as run_validation
+    """Grade reference solutions on the GPU into the ledger; on a CPU-only machine, compile each for --arch."""
+    from metakernelbench.grader.parent import device_name
+    from metakernelbench.grader.validation import (compile_references, grade_references, read_ledger,
+                                                   record_name, versions)
 
     chosen, dsls, dev = _problems(suite, problems), _dsls(dsl), _device(device)
+    variants = [(p, d) for p in chosen for d in dsls]
+    started = time.monotonic()
     if dev == "cpu":
-        console.print(f"No GPU: compile-checking every reference solution for {arch} instead of grading.")
+        console.print(f"No GPU: compile-checking {len(variants)} reference solutions for {arch} (one process per "
+                      "DSL) instead of grading.", highlight=False)
+
+        def show_check(item):
+            problem, check = item
+            mark = "[green]ok[/green]" if check.ok else "[red]FAIL[/red]"
+            detail = "" if check.ok else escape((check.error.strip().splitlines() or [""])[-1])
+            console.print(f"{mark} {problem.id} {escape('[' + check.dsl + ']')} {check.seconds:.1f} s {detail}",
+                          highlight=False)
+
+        checks = compile_references(variants, arch, progress=show_check)
+        passed = sum(c.ok for _, c in checks)
+        console.print(f"{passed}/{len(checks)} variants compile ({time.monotonic() - started:.0f} s)")
+        raise typer.Exit(0 if passed == len(checks) else 1)
+    try:
+        known = read_ledger(ledger) if ledger.is_dir() else []
+    except ValueError as exc:
+        _fail(f"{exc}: fix or remove that line")
+    if changed:
+        gpu = device_name(dev)
+        current = {d: versions(dev, d) for d in dsls}
+        vouched = [(p, d) for p, d in variants if any(r.vouches_for(p.id, d, p.solution_sha256(d), gpu, current[d])
+                                                      for r in known)]
+        variants = [v for v in variants if v not in vouched]
+        console.print(f"the ledger vouches for {len(vouched)} variant(s) on {gpu}; grading {len(variants)}",
+                      highlight=False)
+    target = record or ledger / record_name(device_name(dev))
 
     def show_row(row):
-        mark = "[green]ok[/green]" if row["passed"] else "[red]FAIL[/red]"
-        detail = row.get("reason") or (row.get("error") or "").strip().splitlines()[-1:] or ""
-        timing = f"{row['median_ms']:.4f} ms, roofline {row['fraction_of_roofline']:.0%}" \
-            if row.get("median_ms") and row.get("fraction_of_roofline") else ""
-        console.print(f"{mark} {row['problem']} [{row['dsl']}] {timing} {detail}", highlight=False)
+        mark = "[green]ok[/green]" if row.passed else "[red]FAIL[/red]"
+        timing = f"{row.median_ms:.4f} ms, roofline {row.fraction_of_roofline:.0%}" \
+            if row.median_ms and row.fraction_of_roofline else ""
+        console.print(f"{mark} {row.problem} {escape('[' + row.dsl + ']')} {timing} {escape(row.reason)} "
+                      f"({row.seconds or 0:.1f} s)", highlight=False)
 
-    record = run_validation(chosen, dsls, dev, arch, compile_baseline, progress=show_row)
-    s = record["summary"]
-    console.print(f"{s['passed']}/{s['total']} variants {'pass' if record['mode'] == 'grade' else 'compile'} "
-                  f"({s['seconds']:.0f} s)")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(record, indent=2, default=str))
-    raise typer.Exit(0 if s["passed"] == s["total"] else 1)
+    rows = grade_references(variants, dev, target, compile_baseline, progress=show_row) if variants else []
+    passed = sum(r.passed for r in rows)
+    console.print(f"{passed}/{len(rows)} variants pass ({time.monotonic() - started:.0f} s); records: "
+                  f"{target if rows else 'none'}", highlight=False)
+    raise typer.Exit(0 if passed == len(rows) else 1)
 
 
 @app.command()
@@ -385,7 +432,8 @@ def trial(trial_id: str, db: Path = typer.Option(Path("results/mkb.sqlite"))) ->
 
 
 @app.command()
-def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: all)."),
+def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: those whose TIRx "
+                                                           "reference also runs on the CPU)."),
          db: Path = typer.Option(Path("results/demo.sqlite"), help="The demo's store."),
          device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
          concurrency: int = typer.Option(2)) -> None:
@@ -395,6 +443,8 @@ def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated prob
     from metakernelbench.analysis import summarise
     from metakernelbench.store import Store
 
+    if not problems:  # the problems whose TIRx reference also builds for the host: the demo runs anywhere
+        problems = ",".join(p.id for p in _problems(None) if p.solution_runs_on_cpu("tirx"))
     run(model="reference", problems=problems, families=None, dsls=None, arms="solo,skill,placebo", replicates=1, solo_control=True,
         submissions=10, turns=40, output_tokens=400_000, wall_s=3600.0, temperature=None, max_output_tokens=16384,
         reasoning_effort=None, base_url=None, agent_env="", seed=0, db=db, run_id="demo", device=device,

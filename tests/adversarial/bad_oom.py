@@ -8,4 +8,4 @@ _hoard = []
 def solve(x, residual, weight):
     for _ in range(48):
         _hoard.append(torch.ones(CHUNK, dtype=torch.uint8))
-    return x, residual
+    return x

@@ -9,4 +9,4 @@ def solve(x, residual, weight):
     nested = []
     for _ in range(1 << 20):
         nested = [nested]
-    return repr(nested), residual
+    return repr(nested)

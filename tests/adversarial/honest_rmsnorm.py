@@ -1,4 +1,4 @@
-"""Honest baseline: fused add + RMSNorm (problem 38) as a TIRx kernel compiled for the host CPU (target llvm)."""
+"""Honest baseline: fused add + RMSNorm (problem 28) as a TIRx kernel compiled for the host CPU (target llvm)."""
 import torch
 import tvm_tirx
 from tvm_tirx.script import tirx as T
@@ -11,18 +11,17 @@ def _build(hidden):
 
     @T.function
     def kernel(X: T.Tensor((n, hidden), T.bfloat16), R: T.Tensor((n, hidden), T.bfloat16),
-               W: T.Tensor((hidden,), T.bfloat16), O: T.Tensor((n, hidden), T.bfloat16),
-               RO: T.Tensor((n, hidden), T.bfloat16)):
+               W: T.Tensor((hidden,), T.bfloat16), O: T.Tensor((n, hidden), T.bfloat16)):
         for i in T.parallel(n):
             acc = T.alloc_local((1,), T.float32)
             acc[0] = T.float32(0)
             for j in range(hidden):
-                h = T.Cast(T.bfloat16, T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j]))
-                RO[i, j] = h
-                acc[0] = acc[0] + T.Cast(T.float32, h) * T.Cast(T.float32, h)
+                h = T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j])  # the sum stays in fp32
+                acc[0] = acc[0] + h * h
             inv = T.rsqrt(acc[0] / T.float32(hidden) + T.float32(1e-5))
             for j in range(hidden):
-                O[i, j] = T.Cast(T.bfloat16, T.Cast(T.float32, RO[i, j]) * inv * T.Cast(T.float32, W[j]))
+                O[i, j] = T.Cast(T.bfloat16, (T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j])) * inv
+                                 * T.Cast(T.float32, W[j]))
 
     return tvm_tirx.tirx.compile(kernel, target="llvm")
 
@@ -32,6 +31,5 @@ def solve(x, residual, weight):
     if hidden not in _cache:
         _cache[hidden] = _build(hidden)
     out = torch.empty_like(x)
-    res = torch.empty_like(x)
-    _cache[hidden](x, residual, weight, out, res)
-    return out, res
+    _cache[hidden](x, residual, weight, out)
+    return out

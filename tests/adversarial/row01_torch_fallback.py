@@ -1,4 +1,4 @@
-"""Row 1: compute the result with eager PyTorch (try/except fallback style) while a real TIRx kernel runs only into scratch buffers."""
+"""Row 1: compute the result with eager PyTorch (try/except fallback style) while a real TIRx kernel runs only into a scratch buffer."""
 import torch
 import tvm_tirx
 from tvm_tirx.script import tirx as T
@@ -11,26 +11,24 @@ def _build(hidden):
 
     @T.function
     def kernel(X: T.Tensor((n, hidden), T.bfloat16), R: T.Tensor((n, hidden), T.bfloat16),
-               W: T.Tensor((hidden,), T.bfloat16), O: T.Tensor((n, hidden), T.bfloat16),
-               RO: T.Tensor((n, hidden), T.bfloat16)):
+               W: T.Tensor((hidden,), T.bfloat16), O: T.Tensor((n, hidden), T.bfloat16)):
         for i in T.parallel(n):
             acc = T.alloc_local((1,), T.float32)
             acc[0] = T.float32(0)
             for j in range(hidden):
-                h = T.Cast(T.bfloat16, T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j]))
-                RO[i, j] = h
-                acc[0] = acc[0] + T.Cast(T.float32, h) * T.Cast(T.float32, h)
+                h = T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j])  # the sum stays in fp32
+                acc[0] = acc[0] + h * h
             inv = T.rsqrt(acc[0] / T.float32(hidden) + T.float32(1e-5))
             for j in range(hidden):
-                O[i, j] = T.Cast(T.bfloat16, T.Cast(T.float32, RO[i, j]) * inv * T.Cast(T.float32, W[j]))
+                O[i, j] = T.Cast(T.bfloat16, (T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j])) * inv
+                                 * T.Cast(T.float32, W[j]))
 
     return tvm_tirx.tirx.compile(kernel, target="llvm")
 
 
 def _eager(x, residual, weight):
-    h = (x.float() + residual.float()).to(x.dtype)
-    hf = h.float()
-    return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(x.dtype), h
+    h = x.float() + residual.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(x.dtype)
 
 
 def solve(x, residual, weight):
@@ -38,8 +36,8 @@ def solve(x, residual, weight):
     try:
         if hidden not in _cache:
             _cache[hidden] = _build(hidden)
-        scratch_out, scratch_res = torch.empty_like(x), torch.empty_like(x)
-        _cache[hidden](x, residual, weight, scratch_out, scratch_res)  # launched, counted, never used
+        scratch = torch.empty_like(x)
+        _cache[hidden](x, residual, weight, scratch)  # launched, counted, never used
     except Exception:
         pass
     return _eager(x, residual, weight)  # the "fallback" always wins

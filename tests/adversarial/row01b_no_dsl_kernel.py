@@ -3,6 +3,5 @@ import torch
 
 
 def solve(x, residual, weight):
-    h = (x.float() + residual.float()).to(x.dtype)
-    hf = h.float()
-    return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(x.dtype), h
+    h = x.float() + residual.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(x.dtype)

@@ -9,18 +9,17 @@ TOKENS, HIDDEN = 64, 512  # the "cpu" size, the only one the author looked at
 def _build():
     @T.function
     def kernel(X: T.Tensor((TOKENS, HIDDEN), T.bfloat16), R: T.Tensor((TOKENS, HIDDEN), T.bfloat16),
-               W: T.Tensor((HIDDEN,), T.bfloat16), O: T.Tensor((TOKENS, HIDDEN), T.bfloat16),
-               RO: T.Tensor((TOKENS, HIDDEN), T.bfloat16)):
+               W: T.Tensor((HIDDEN,), T.bfloat16), O: T.Tensor((TOKENS, HIDDEN), T.bfloat16)):
         for i in T.parallel(TOKENS):
             acc = T.alloc_local((1,), T.float32)
             acc[0] = T.float32(0)
             for j in range(HIDDEN):
-                h = T.Cast(T.bfloat16, T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j]))
-                RO[i, j] = h
-                acc[0] = acc[0] + T.Cast(T.float32, h) * T.Cast(T.float32, h)
+                h = T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j])  # the sum stays in fp32
+                acc[0] = acc[0] + h * h
             inv = T.rsqrt(acc[0] / T.float32(HIDDEN) + T.float32(1e-5))
             for j in range(HIDDEN):
-                O[i, j] = T.Cast(T.bfloat16, T.Cast(T.float32, RO[i, j]) * inv * T.Cast(T.float32, W[j]))
+                O[i, j] = T.Cast(T.bfloat16, (T.Cast(T.float32, X[i, j]) + T.Cast(T.float32, R[i, j])) * inv
+                                 * T.Cast(T.float32, W[j]))
 
     return tvm_tirx.tirx.compile(kernel, target="llvm")
 
@@ -40,6 +39,6 @@ def _fit(t, rows, cols):
 def solve(x, residual, weight):
     n, hidden = x.shape
     xs, rs, ws = _fit(x, TOKENS, HIDDEN), _fit(residual, TOKENS, HIDDEN), _fit(weight, TOKENS, HIDDEN)
-    out, res = torch.empty_like(xs), torch.empty_like(xs)
-    _kernel(xs, rs, ws, out, res)
-    return out[:n, :hidden].contiguous(), res[:n, :hidden].contiguous()
+    out = torch.empty_like(xs)
+    _kernel(xs, rs, ws, out)
+    return out[:n, :hidden].contiguous()

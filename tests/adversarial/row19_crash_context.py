@@ -21,4 +21,4 @@ _scribble = _build()
 def solve(x, residual, weight):
     a = torch.zeros(4, dtype=torch.float32)
     _scribble(a)
-    return x, residual
+    return x

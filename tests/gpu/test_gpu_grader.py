@@ -14,7 +14,7 @@ from metakernelbench.suite import load_problem
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-PROBLEM = "mlp_norm/38_fused_add_rmsnorm"
+PROBLEM = "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b"
 # Static rules off: the exploits below are refused statically; here their runtime defences must hold on their own.
 CONFIG = GraderConfig(compile_baseline=False, baseline_processes=1, preload_dsls=("cute",), static_rules=False,
                       extra_env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
@@ -61,7 +61,7 @@ def grader():
 @pytest.fixture(scope="module")
 def honest(grader):
     problem = load_problem(PROBLEM)
-    verdict = grader.grade(problem, "cute", problem.solution_path("cute"))
+    verdict = grader.grade(problem, "cute", problem.graded_solution("cute"))
     assert verdict.passed, verdict.reason
     return verdict
 
@@ -69,7 +69,7 @@ def honest(grader):
 def _variant(tmp_path, name: str, wrapper: str):
     problem = load_problem(PROBLEM)
     path = tmp_path / name
-    path.write_text(problem.solution_path("cute").read_text() + wrapper)
+    path.write_text(problem.graded_solution("cute").read_text() + wrapper)
     return problem, path
 
 

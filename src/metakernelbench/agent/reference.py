@@ -25,7 +25,7 @@ class ReferenceClient:
         elif any(m["role"] == "assistant" for m in messages):
             text = "The reference solution stands; ending the attempt."
         else:
-            source = self.problem.solution_path(self.dsl).read_text()
+            source = self.problem.graded_solution(self.dsl).read_text()
             text = f"```python\n{source}```"
         return Reply(text=text, input_tokens=0, output_tokens=0, cached_tokens=0, cost_usd=None,
                      latency_s=time.monotonic() - started, model="reference", offline=True)

@@ -1,6 +1,7 @@
 """One trial: a model attempts one variant under a budget, each answer graded, then distils a skill (pass or fail)."""
 from __future__ import annotations
 
+import functools
 import re
 import tempfile
 import time
@@ -8,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from metakernelbench.agent.clients import ModelClient, Reply
+from metakernelbench.dsl import leak_pattern
 from metakernelbench.protocol import TrialSpec
 from metakernelbench.store import Store
 from metakernelbench.task import task_statement
@@ -25,7 +27,6 @@ with numbers); the problem's traps, the numerics that matter, the work decomposi
 that paid off. At most 400 words."""
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
-_DSL_IDENTIFIERS = re.compile(r"\b(cute\.\w+|cutlass\w*|tvm_tirx|tvm_ffi|T\.\w+|from_dlpack|make_ptr|@cute|@T)\b")
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,14 @@ def extract_code(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
+@functools.cache
+def _dsl_identifiers() -> re.Pattern:
+    return re.compile(rf"\b({leak_pattern()})\b")
+
+
 def audit_skill(text: str) -> dict:
     """Length and code leakage of a skill: a skill must transfer knowledge, not code."""
-    identifiers = sorted(set(_DSL_IDENTIFIERS.findall(text)))
+    identifiers = sorted(set(_dsl_identifiers().findall(text)))
     fences = text.count("```")
     return {"words": len(text.split()), "chars": len(text), "code_fences": fences, "dsl_identifiers": identifiers,
             "leaks_code": bool(fences or identifiers)}

@@ -1,7 +1,9 @@
-"""The adapter interface and the registry of DSLs."""
+"""The adapter interface: everything the benchmark knows about one DSL, in one class per DSL."""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import json
 import subprocess
 import sys
 import time
@@ -10,12 +12,6 @@ from pathlib import Path
 
 from metakernelbench.dsl.gate import LaunchGate
 from metakernelbench.dsl.rules import check_source
-
-DSL_NAMES = ("cute", "tirx")
-
-
-class UnknownDSL(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -30,11 +26,23 @@ class CompileCheck:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class CompileJob:
+    """One file to compile-check: `compile_for(arch, sizes)` is called with the problem's GPU sizes (dicts of dims)."""
+
+    key: str
+    path: str
+    sizes: tuple[dict, ...]
+
+
 class Adapter:
     name: str = ""
     title: str = ""
-    package: str = ""
-    allowed_roots: tuple[str, ...] = ()
+    package: str = ""  # imported to tell whether the DSL is installed, and preloaded by the fork server
+    allowed_roots: tuple[str, ...] = ()  # import roots a submission in this DSL may use (besides the common ones)
+    exclusive_roots: tuple[str, ...] = ()  # roots that are this DSL's own kernel machinery: forbidden elsewhere
+    distributions: tuple[str, ...] = ()  # pip distributions whose versions key the validation ledger
+    leak_identifiers: tuple[str, ...] = ()  # regex alternatives: a skill containing one carries code
     guide_file: str = ""
 
     def guide(self) -> str:
@@ -55,32 +63,41 @@ class Adapter:
         """Import the DSL once in the fork server so every child starts with it loaded."""
         importlib.import_module(self.package)
 
+    def versions(self) -> dict[str, str | None]:
+        found = {}
+        for dist in self.distributions:
+            try:
+                found[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                found[dist] = None
+        return found
+
     def install_gate(self, gate: LaunchGate) -> None:
         raise NotImplementedError
 
-    def compile_check(self, path: Path, arch: str, timeout_s: float = 600.0) -> CompileCheck:
-        """Compile a reference solution's kernels for `arch` in a fresh process, through its `compile_for(arch)`."""
+    def compile_checks(self, jobs: list[CompileJob], arch: str, timeout_s: float = 1800.0) -> list[CompileCheck]:
+        """Compile many solutions for `arch` in ONE fresh process (the DSL's import is paid once), each through its
+        `compile_for(arch, sizes)`. A crash or timeout fails the file in flight and every file after it."""
+        request = json.dumps({"arch": arch, "jobs": [job.__dict__ for job in jobs]})
         started = time.monotonic()
-        code = (
-            "import importlib.util, sys\n"
-            "spec = importlib.util.spec_from_file_location('mkb_compile_check', sys.argv[1])\n"
-            "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-            "module.compile_for(sys.argv[2])\n"
-        )
         try:
-            proc = subprocess.run([sys.executable, "-c", code, str(path), arch], capture_output=True, text=True,
-                                  timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return CompileCheck(str(path), self.name, arch, False, time.monotonic() - started, "timed out")
-        error = "" if proc.returncode == 0 else (proc.stderr or proc.stdout)[-4000:]
-        return CompileCheck(str(path), self.name, arch, proc.returncode == 0, time.monotonic() - started, error)
-
-
-def get_adapter(name: str) -> Adapter:
-    from metakernelbench.dsl.cute import CuteAdapter
-    from metakernelbench.dsl.tirx import TirxAdapter
-
-    adapters = {"cute": CuteAdapter(), "tirx": TirxAdapter()}
-    if name not in adapters:
-        raise UnknownDSL(f"unknown DSL '{name}'; choose one of: {', '.join(DSL_NAMES)}")
-    return adapters[name]
+            proc = subprocess.run([sys.executable, "-m", "metakernelbench.dsl.compile_worker"], input=request,
+                                  capture_output=True, text=True, timeout=timeout_s)
+            stdout, tail = proc.stdout, (proc.stderr or "")[-4000:]
+        except subprocess.TimeoutExpired as exc:
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            tail = f"timed out after {timeout_s:.0f} s"
+        done = {}
+        for line in stdout.splitlines():
+            if line.startswith("{"):
+                row = json.loads(line)
+                done[row["key"]] = row
+        checks = []
+        for job in jobs:
+            row = done.get(job.key)
+            if row is None:
+                checks.append(CompileCheck(job.path, self.name, arch, False, time.monotonic() - started,
+                                           f"the compile process ended before this file: {tail}"))
+            else:
+                checks.append(CompileCheck(job.path, self.name, arch, row["ok"], row["seconds"], row["error"]))
+        return checks

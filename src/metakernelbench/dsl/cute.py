@@ -22,6 +22,9 @@ class CuteAdapter(Adapter):
     title = "NVIDIA CuTe DSL"
     package = "cutlass.cute"
     allowed_roots = ("cutlass", "cuda.bindings.driver")
+    exclusive_roots = ("cutlass",)
+    distributions = ("nvidia-cutlass-dsl",)
+    leak_identifiers = (r"cute\.\w+", r"cutlass\w*", r"from_dlpack", r"make_ptr", r"@cute")
     guide_file = "cute.md"
 
     def install_gate(self, gate: LaunchGate) -> None:

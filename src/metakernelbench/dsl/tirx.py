@@ -46,6 +46,9 @@ class TirxAdapter(Adapter):
     title = "Apache TVM TIRx"
     package = "tvm_tirx"
     allowed_roots = ("tvm_tirx", "tvm_ffi")
+    exclusive_roots = ("tvm_tirx",)
+    distributions = ("apache-tvm-tirx", "apache-tvm-ffi")
+    leak_identifiers = (r"tvm_tirx", r"tvm_ffi", r"T\.\w+", r"@T")
     guide_file = "tirx.md"
 
     def install_gate(self, gate: LaunchGate) -> None:

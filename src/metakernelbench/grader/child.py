@@ -58,17 +58,16 @@ class _ImportGuard:
         return self.original(name, globals, locals, fromlist, level)
 
 
-# Kernel libraries and the benchmark itself: a submission must define its kernels, not borrow them (threat 21).
-_BLOCKED_PACKAGES = ("metakernelbench", "quack", "flash_attn", "flashinfer", "vllm", "sgl_kernel", "deep_gemm",
-                     "cupy", "pycuda", "numba", "triton", "tilelang", "thunderkittens")
-
-
 class _BlockedImports:
-    """A meta-path finder that refuses modules of the benchmark and of kernel libraries not already loaded, whatever
-    route (import statement, importlib, __import__) asks for them."""
+    """A meta-path finder that refuses the benchmark's own modules (its reference solutions, threat 21) and every
+    kernel library other than the variant's DSL (`dsl.foreign_roots`), whatever route (import statement, importlib,
+    __import__) asks for them."""
+
+    def __init__(self, roots: tuple[str, ...]) -> None:
+        self.roots = ("metakernelbench", *roots)
 
     def find_spec(self, name, path=None, target=None):
-        if any(name == p or name.startswith(p + ".") for p in _BLOCKED_PACKAGES):
+        if any(name == p or name.startswith(p + ".") for p in self.roots):
             raise ImportError(f"import of '{name}' is not allowed in a submission")
         return None
 
@@ -134,7 +133,7 @@ class Runner:
         if mode == "compiled":
             self.solve = torch.compile(self.problem.module.reference)
             return {}
-        from metakernelbench.dsl import get_adapter
+        from metakernelbench.dsl import foreign_roots, get_adapter
         from metakernelbench.dsl.gate import LaunchGate
         from metakernelbench.dsl.rules import COMMON_IMPORTS
 
@@ -147,7 +146,7 @@ class Runner:
         for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
             if not name.startswith("metakernelbench.suite.loader"):
                 sys.modules.pop(name)
-        sys.meta_path.insert(0, _BlockedImports())
+        sys.meta_path.insert(0, _BlockedImports(foreign_roots(self.job["dsl"])))
         started = self.perf_counter()
         channel.send(self.sock, {"op": "armed", "nonce": self.job["nonce"], "fingerprint": self.fingerprint()})
         spec = importlib.util.spec_from_file_location(module_name, self.job["candidate_path"])

@@ -1,95 +1,154 @@
-"""Validation: grade every reference solution on a GPU, or compile-check each for a GPU arch where there is none.
+"""Validation: grade reference solutions on a GPU into the ledger, or compile-check them where there is no GPU.
 
-The record it writes (GPU, driver, versions, per-variant verdicts) is what backs a "passes on H200" claim.
+The ledger is GPU truth kept per variant: one record per graded reference, keyed by (problem, DSL, sha256 of the
+graded file, GPU, versions). A record vouches for its variant as long as the bundled file is unchanged, so the suite
+is re-validated variant by variant (`--changed`), not all at once. Each validation run appends one JSON-lines file
+to the ledger folder; the ledger is the union of its files.
 """
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
+import json
 import platform
-import time
+import re
+import subprocess
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from metakernelbench.dsl import get_adapter
+from metakernelbench.dsl.adapter import CompileJob
 from metakernelbench.grader.parent import Grader, GraderConfig, device_name
 from metakernelbench.suite import Problem
 
-RECORD_LEGEND = {
-    "mode": "'grade' (every reference solution graded on the GPU) or 'compile' (CPU only: compiled for `arch`)",
-    "environment": "machine, GPU, driver, Python, torch and DSL versions",
-    "variants": "one row per problem x DSL: passed, failed_check, reason, median_ms, fraction_of_roofline, "
-                "speedup_vs_eager (+ range), grading seconds; in compile mode: ok, seconds, error",
-    "summary": "variants passed / total, wall seconds for the whole validation",
+LEDGER_LEGEND = {
+    "problem": "problem id (family/nn_name)",
+    "dsl": "the variant's DSL",
+    "sha256": "sha256 of the graded file: the reference with its kit inlined (`Problem.graded_solution`)",
+    "gpu": "the GPU's name as CUDA reports it",
+    "versions": "torch, CUDA runtime, driver and the DSL's distributions when graded",
+    "date": "UTC time of the grading",
+    "passed, failed_check, reason": "the verdict's outcome",
+    "median_ms, fraction_of_roofline, speedup_vs_eager, speedup_vs_eager_range, speedup_vs_compile": "its figures",
+    "seconds": "wall time of the grading (the first variant of a problem also times the eager baselines)",
+    "verdict": "the full verdict (`mkb legend` explains its fields)",
 }
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+@dataclass(frozen=True)
+class LedgerRecord:
+    problem: str
+    dsl: str
+    sha256: str
+    gpu: str
+    versions: dict
+    date: str
+    passed: bool
+    failed_check: str | None
+    reason: str
+    median_ms: float | None
+    fraction_of_roofline: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_eager_range: list | None
+    speedup_vs_compile: float | None
+    seconds: float | None
+    verdict: dict
+
+    def vouches_for(self, problem_id: str, dsl: str, sha256: str, gpu: str, versions: dict | None = None) -> bool:
+        """A passing record of this graded file on `gpu` (and these versions, when given)."""
+        return (self.passed and self.problem == problem_id and self.dsl == dsl and self.sha256 == sha256
+                and gpu in self.gpu and (versions is None or self.versions == versions))
+
+
+def versions(device: str, dsl: str) -> dict:
+    """What a record's GPU truth depends on besides the file: torch, the CUDA runtime, the driver, the DSL."""
+    found = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "driver": _driver(device)}
+    found.update(get_adapter(dsl).versions())
+    return found
 
 
 def environment(device: str) -> dict:
+    """Where a run grades: machine, GPU, driver, Python, torch and every registered DSL's versions."""
+    from metakernelbench.dsl import dsl_names
+
     env = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
-           "device": device, "device_name": device_name(device),
-           "nvidia-cutlass-dsl": _version("nvidia-cutlass-dsl"), "apache-tvm-tirx": _version("apache-tvm-tirx")}
-    if torch.device(device).type == "cuda":
-        env["cuda_runtime"] = torch.version.cuda
-        try:
-            import subprocess
-            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            env["driver"] = None
-    if env["nvidia-cutlass-dsl"] is None or env["apache-tvm-tirx"] is None:
-        for name, module in (("nvidia-cutlass-dsl", "cutlass"), ("apache-tvm-tirx", "tvm_tirx")):
-            if env[name] is None:
-                try:
-                    env[name] = getattr(__import__(module), "__version__", "imported (version unknown)")
-                except Exception:
-                    env[name] = None
+           "device": device, "device_name": device_name(device), "cuda_runtime": torch.version.cuda,
+           "driver": _driver(device)}
+    for name in dsl_names():
+        env.update(get_adapter(name).versions())
     return env
 
 
-def validate(problems: list[Problem], dsls: list[str], device: str, arch: str = "sm_90a",
-             compile_baseline: bool | None = None, progress=lambda row: None) -> dict:
-    started = time.monotonic()
-    on_gpu = torch.device(device).type == "cuda"
-    rows = []
-    if on_gpu:
-        with Grader(GraderConfig(device=device, compile_baseline=compile_baseline, preload_dsls=tuple(dsls))) as grader:
-            for problem in problems:
-                for dsl in dsls:
-                    path = problem.solution_path(dsl)
-                    verdict = grader.grade(problem, dsl, path)
-                    row = {"problem": problem.id, "dsl": dsl, "passed": verdict.passed,
-                           "failed_check": verdict.failed_check, "reason": verdict.reason,
-                           "median_ms": verdict.runtime.get("median_ms"),
-                           "fraction_of_roofline": verdict.roofline.get("fraction"),
-                           "speedup_vs_eager": verdict.speedup_vs_eager,
-                           "speedup_vs_eager_range": verdict.speedup_vs_eager_range,
-                           "speedup_vs_compile": verdict.speedup_vs_compile,
-                           "seconds": verdict.timings_s.get("total"), "verdict": verdict.to_dict()}
-                    rows.append(row)
-                    progress(row)
-    else:
-        for problem in problems:
-            for dsl in dsls:
-                check = get_adapter(dsl).compile_check(problem.solution_path(dsl), arch)
-                row = {"problem": problem.id, "dsl": dsl, "passed": check.ok, "arch": arch,
-                       "seconds": check.seconds, "error": check.error}
-                rows.append(row)
-                progress(row)
-    return {
-        "legend": RECORD_LEGEND,
-        "mode": "grade" if on_gpu else "compile",
-        "arch": None if on_gpu else arch,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "environment": environment(device),
-        "variants": rows,
-        "summary": {"passed": sum(r["passed"] for r in rows), "total": len(rows),
-                    "seconds": time.monotonic() - started},
-    }
+def _driver(device: str) -> str | None:
+    if torch.device(device).type != "cuda":
+        return None
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def read_ledger(folder: Path) -> list[LedgerRecord]:
+    records = []
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(LedgerRecord(**json.loads(line)))
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"{path}:{number}: not a ledger record ({exc})") from exc
+    return records
+
+
+def record_name(gpu: str) -> str:
+    """A new ledger file's name: the GPU and the UTC time, e.g. h200-2026-12-02T101500.jsonl."""
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower().removeprefix("nvidia ")).strip("-") or "gpu"
+    return f"{slug}-{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H%M%S}.jsonl"
+
+
+def grade_references(variants: list[tuple[Problem, str]], device: str, record: Path,
+                     compile_baseline: bool | None = None, progress=lambda r: None) -> list[LedgerRecord]:
+    """Grade each variant's graded reference in one grader (one fork server: the DSL imports are paid once),
+    appending each record to `record` as soon as it exists, so an interrupted run keeps what it graded."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    gpu = device_name(device)
+    dsls = tuple(sorted({dsl for _, dsl in variants}))
+    records = []
+    with Grader(GraderConfig(device=device, compile_baseline=compile_baseline, preload_dsls=dsls)) as grader:
+        for problem, dsl in variants:
+            verdict = grader.grade(problem, dsl, problem.graded_solution(dsl))
+            row = LedgerRecord(
+                problem=problem.id, dsl=dsl, sha256=verdict.file_sha256, gpu=gpu, versions=versions(device, dsl),
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                passed=verdict.passed, failed_check=verdict.failed_check, reason=verdict.reason,
+                median_ms=verdict.runtime.get("median_ms"), fraction_of_roofline=verdict.roofline.get("fraction"),
+                speedup_vs_eager=verdict.speedup_vs_eager, speedup_vs_eager_range=verdict.speedup_vs_eager_range,
+                speedup_vs_compile=verdict.speedup_vs_compile, seconds=verdict.timings_s.get("total"),
+                verdict=verdict.to_dict())
+            with open(record, "a") as f:
+                f.write(json.dumps(asdict(row), default=str) + "\n")
+            records.append(row)
+            progress(row)
+    return records
+
+
+def compile_references(variants: list[tuple[Problem, str]], arch: str, progress=lambda c: None) -> list:
+    """Compile every graded reference for `arch` without a GPU: one process per DSL, the DSLs side by side."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_dsl: dict[str, list[CompileJob]] = {}
+    for problem, dsl in variants:
+        by_dsl.setdefault(dsl, []).append(CompileJob(problem.id, str(problem.graded_solution(dsl)),
+                                                     tuple(problem.gpu_size_dims())))
+    with ThreadPoolExecutor(max_workers=max(1, len(by_dsl))) as pool:
+        futures = {dsl: pool.submit(get_adapter(dsl).compile_checks, jobs, arch) for dsl, jobs in by_dsl.items()}
+        results = {dsl: dict(zip((j.key for j in by_dsl[dsl]), f.result())) for dsl, f in futures.items()}
+    checks = []
+    for problem, dsl in variants:
+        check = results[dsl][problem.id]
+        checks.append((problem, check))
+        progress((problem, check))
+    return checks
+

@@ -1,6 +1,8 @@
 """Load problem modules from files into one uniform `Problem` record, whatever layout they were written in."""
 from __future__ import annotations
 
+import ast
+import hashlib
 import importlib.util
 import inspect
 import re
@@ -11,8 +13,9 @@ from typing import Any, Callable
 
 import torch
 
-FAMILIES = ("attention", "kv_cache", "linear_attention", "mlp_norm", "moe", "quantization")
-DSLS = ("cute", "tirx")
+from metakernelbench.suite import spec
+from metakernelbench.suite.bundle import bundle_source, bundled_file
+
 _FOLDER = re.compile(r"^(\d+)_(\w+)$")
 
 
@@ -32,6 +35,7 @@ class Problem:
     number: int
     family: str
     source_model: str
+    dtype: str
     description: str
     path: Path
     sizes: tuple[str, ...]
@@ -50,12 +54,33 @@ class Problem:
         return self.description.strip().splitlines()[0] if self.description.strip() else self.name
 
     def solution_path(self, dsl: str) -> Path:
+        """The hidden reference solution as written (it imports the DSL's kit: see `graded_solution`)."""
         return self.path.parent / f"{dsl}.py"
 
+    def graded_solution(self, dsl: str) -> Path:
+        """The reference with its kit inlined: the self-contained file the grader grades and records vouch for."""
+        return bundled_file(self.solution_path(dsl))
+
+    def solution_sha256(self, dsl: str) -> str:
+        return hashlib.sha256(bundle_source(self.solution_path(dsl)).encode()).hexdigest()
+
+    def solution_runs_on_cpu(self, dsl: str) -> bool:
+        """References that also build for the host say so (`CPU_PATH = True`): the demo and CI grade those."""
+        path = self.solution_path(dsl)
+        if not path.is_file():
+            return False
+        return any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CPU_PATH" for t in node.targets)
+                   and getattr(node.value, "value", None) is True for node in ast.parse(path.read_text()).body)
+
+    def gpu_size_dims(self) -> list[dict]:
+        """The dimensions of every GPU size, in order: what a reference's `compile_for` compiles for."""
+        sizes = getattr(self.module, "SIZES", {})
+        return [dict(sizes[s]) for s in self.check_sizes("cuda") if isinstance(sizes.get(s), dict)]
+
     def load_solution(self, dsl: str) -> ModuleType:
-        """Import the hidden reference solution: trusted code, for benchmarks and tests (the grader imports
+        """Import the graded reference solution: trusted code, for benchmarks and tests (the grader imports
         candidates in its child)."""
-        return _load_module(self.solution_path(dsl))
+        return _load_module(self.graded_solution(dsl))
 
     def check_sizes(self, device_type: str) -> tuple[str, ...]:
         """Sizes checked for correctness: the CPU ones on a CPU, the others on a GPU; several catch hard-coded shapes."""
@@ -112,10 +137,15 @@ def problem_from_file(path: Path) -> Problem:
             raise ProblemError(f"{path}: defines no `{required}` function")
     params = inspect.signature(module.make_inputs).parameters
     published = len(params) == 0
+    if not published:
+        try:
+            spec.check_module(path, module)
+        except spec.SpecError as exc:
+            raise ProblemError(str(exc)) from exc
     folder = _FOLDER.match(path.parent.name)
     number = int(getattr(module, "NUMBER", folder.group(1) if folder else 0))
     name = getattr(module, "NAME", folder.group(2) if folder else path.stem)
-    family = getattr(module, "FAMILY", path.parent.parent.name if path.parent.parent.name in FAMILIES else "unknown")
+    family = getattr(module, "FAMILY", path.parent.parent.name if path.parent.parent.name in spec.FAMILIES else "unknown")
     sizes = tuple(getattr(module, "SIZES", {"default": {}}).keys())
     outputs = tuple(getattr(module, "OUTPUTS", ()))
     compare = dict(getattr(module, "COMPARE", {}))
@@ -124,6 +154,7 @@ def problem_from_file(path: Path) -> Problem:
         number=number,
         family=family,
         source_model=getattr(module, "SOURCE_MODEL", "unknown"),
+        dtype=getattr(module, "DTYPE", "unknown"),
         description=module.__doc__ or "",
         path=path,
         sizes=sizes,
@@ -140,8 +171,12 @@ def load_suite(suite_path: Path | None = None) -> list[Problem]:
     if not root.is_dir():
         raise ProblemError(f"suite folder {root} does not exist: pass an existing folder with --suite")
     files = sorted(p for p in root.rglob("problem.py") if p.parent != root) or sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
-    problems = [problem_from_file(p) for p in files]
-    return sorted(problems, key=lambda p: (p.number, p.id))
+    problems = sorted((problem_from_file(p) for p in files), key=lambda p: (p.number, p.id))
+    try:
+        spec.check_numbers(problems)
+    except spec.SpecError as exc:
+        raise ProblemError(str(exc)) from exc
+    return problems
 
 
 def load_problem(spec: str, suite_path: Path | None = None) -> Problem:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 
-from metakernelbench.dsl import get_adapter
+from metakernelbench.dsl import get_adapter, other_kernel_languages
 from metakernelbench.suite import Problem
 
 GRADING = """\
@@ -24,7 +24,7 @@ GRADING = """\
   speedup over PyTorch eager (and torch.compile) timed the same way, and fraction of the roofline.
 - A runtime below the physical floor (bytes / peak bandwidth, flops / peak compute) fails. So do: patching the
   grader, timers or torch; threads or streams that outlive a call; caching results between calls; reading files;
-  other kernel languages (torch.compile, Triton, CUDA C++, CUDA graphs).
+  other kernel languages ({forbidden}).
 """
 
 
@@ -50,5 +50,6 @@ def task_statement(problem: Problem, dsl: str) -> str:
         "",
         adapter.guide().rstrip(),
         "",
-        GRADING.format(sizes=sizes, dsl_title=adapter.title, timed=30),
+        GRADING.format(sizes=sizes, dsl_title=adapter.title, timed=30,
+                       forbidden=", ".join(other_kernel_languages(dsl))),
     ])

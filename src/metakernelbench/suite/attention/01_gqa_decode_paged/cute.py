@@ -319,7 +319,8 @@ def solve(q, k_cache, v_cache, block_table, seq_lens):
     return o
 
 
-def compile_for(arch: str) -> None:
-    """Compile the decode kernels for the "full" and "odd" problem sizes."""
-    for batch, q_heads, kv_heads, d, ctx in ((32, 32, 8, 128, 4096), (7, 32, 8, 128, 3001)):
-        _compiled(q_heads, kv_heads, d, ctx, _chunk_len(batch, kv_heads, ctx), arch)
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    """Compile the decode kernels for every GPU size."""
+    for s in sizes:
+        _compiled(s["q_heads"], s["kv_heads"], s["head_dim"], s["max_context"],
+                  _chunk_len(s["batch"], s["kv_heads"], s["max_context"]), arch)

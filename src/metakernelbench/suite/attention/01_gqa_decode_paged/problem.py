@@ -12,6 +12,7 @@ import torch
 
 FAMILY = "attention"
 SOURCE_MODEL = "Llama-3-8B"
+DTYPE = "bf16"
 SIZES = {
     "full": dict(batch=32, q_heads=32, kv_heads=8, head_dim=128, max_context=4096),
     "odd": dict(batch=7, q_heads=32, kv_heads=8, head_dim=128, max_context=3001),

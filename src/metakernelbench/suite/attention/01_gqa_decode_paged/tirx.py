@@ -14,6 +14,7 @@ _TILE = 8  # tokens per half-warp per step: 2 x _TILE 16-byte gathers in flight 
 _TARGET_CTAS = 4096  # split the context until the grid has about this many CTAs (~30 per SM)
 _MIN_CHUNK = 128  # keeps the per-CTA merge epilogue small next to the streaming loop
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+CPU_PATH = True
 
 
 def _lanes(d):
@@ -274,10 +275,10 @@ def solve(q, k_cache, v_cache, block_table, seq_lens):
     return o
 
 
-def compile_for(arch: str) -> None:
-    """Compile both kernels solve launches at the "full" and "odd" sizes to device binaries for `arch` with nvcc."""
-    for batch, ctx in ((32, 4096), (7, 3001)):
-        for ex in _compiled(batch, 32, 8, 128, ctx, "bfloat16", arch):
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    """Compile both kernels solve launches at every GPU size to device binaries for `arch` with nvcc."""
+    for s in sizes:
+        for ex in _compiled(s["batch"], s["q_heads"], s["kv_heads"], s["head_dim"], s["max_context"], "bfloat16", arch):
             for mod in ex.mod.imports:  # device code is otherwise built lazily at first launch
                 config = parse_backend_config(mod.inspect_source("backend_config"))
                 config["cuda"]["compiler"] = "nvcc"

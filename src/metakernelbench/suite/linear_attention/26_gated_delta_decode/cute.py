@@ -211,6 +211,7 @@ def solve(q, k, v, g, beta, state):
     return o, new_state
 
 
-def compile_for(arch: str) -> None:
-    """Compile the step kernel for the "full" and "odd" sizes (both 16 QK / 32 V heads, dk = dv = 128)."""
-    _compiled(torch.bfloat16, 16, 32, 128, 128, arch)
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    """Compile the step kernel for every GPU size (the batch is dynamic)."""
+    for s in sizes:
+        _compiled(torch.bfloat16, s["qk_heads"], s["v_heads"], s["dk"], s["dv"], arch)

@@ -10,6 +10,7 @@ import torch
 
 FAMILY = "linear_attention"
 SOURCE_MODEL = "Qwen3-Next-80B-A3B"
+DTYPE = "bf16"
 L2_EPS = 1e-6
 SIZES = {
     "full": dict(batch=64, qk_heads=16, v_heads=32, dk=128, dv=128),

@@ -12,6 +12,7 @@ _WARPS = _THREADS // 32
 _EPS = 1e-6
 _NRED = 3  # per-CTA scalars reduced beside the columns: q·q, k·k, q·k
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+CPU_PATH = True
 
 
 def _layout(dk, dv):
@@ -201,10 +202,10 @@ def solve(q, k, v, g, beta, state):
     return o, new_state
 
 
-def compile_for(arch: str) -> None:
-    """Compile the kernel (batch is dynamic) solve launches at the "full" and "odd" sizes for `arch` with nvcc."""
-    ex = _compiled(16, 32, 128, 128, "bfloat16", "float32", arch)
-    for mod in ex.mod.imports:  # device code is otherwise built lazily at first launch
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    """Compile the kernel (batch is dynamic) solve launches at every GPU size for `arch` with nvcc."""
+    for mod in [m for s in sizes for m in _compiled(s["qk_heads"], s["v_heads"], s["dk"], s["dv"], "bfloat16",
+                                                    "float32", arch).mod.imports]:  # device code is otherwise built lazily at first launch
         config = parse_backend_config(mod.inspect_source("backend_config"))
         config["cuda"]["compiler"] = "nvcc"
         if not compile_source(mod.inspect_source("cuda"), config).binary:

@@ -2,23 +2,13 @@
 import functools
 
 import torch
-import tvm_tirx
-from tvm_tirx.backend.config import parse_backend_config
-from tvm_tirx.backend.cuda.compiler import compile_source
 from tvm_tirx.script import tirx as T
 
+from metakernelbench.suite.kits.common import gpu_arch, vector_width
+from metakernelbench.suite.kits.tirx import TIRX_DTYPES, build_cpu, build_cuda, nvcc_build
+
 _THREADS = 128
-_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.int32: "int32",
-           torch.int64: "int64"}
-
-
-def _vector_width(row, elem_bytes, offsets=()):
-    # Widest vector (16 bytes at most) dividing the row and every view's element offset (storages are 256-byte
-    # aligned): one 128-bit load/store per chunk.
-    vec = max(1, 16 // elem_bytes)
-    while vec > 1 and (row % vec or any(o % vec for o in offsets)):
-        vec //= 2
-    return vec
+CPU_PATH = True
 
 
 def _kernel(row, dtype, vec, elem_bytes, slot_dtype):
@@ -50,14 +40,7 @@ def _kernel(row, dtype, vec, elem_bytes, slot_dtype):
 
 @functools.cache
 def _compiled(row, dtype, vec, elem_bytes, slot_dtype, arch):
-    kernel = _kernel(row, dtype, vec, elem_bytes, slot_dtype)
-    return tvm_tirx.tirx.compile(kernel, target=tvm_tirx.target.Target({"kind": "cuda", "arch": arch}))
-
-
-@functools.cache
-def _device_arch(index):
-    major, minor = torch.cuda.get_device_capability(index)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    return build_cuda(_kernel(row, dtype, vec, elem_bytes, slot_dtype), arch)
 
 
 # Host path: rows move as same-width integers, so every bit pattern (NaN payloads included) copies exactly.
@@ -82,7 +65,7 @@ def _cpu_compiled(row, bits_dtype, slot_dtype):
                     key_cache[s, c] = key[t, c]
                     value_cache[s, c] = value[t, c]
 
-    return tvm_tirx.tirx.compile(paged_kv_write_cpu, target="llvm")
+    return build_cpu(paged_kv_write_cpu)
 
 
 def _solve_cpu(key, value, key_cache, value_cache, slot_mapping):
@@ -93,7 +76,7 @@ def _solve_cpu(key, value, key_cache, value_cache, slot_mapping):
     key, value = key.reshape(tokens, row).contiguous(), value.reshape(tokens, row).contiguous()
     bits, bits_name = _CPU_BITS[key.element_size()]
     if tokens:
-        _cpu_compiled(row, bits_name, _DTYPES[slot_mapping.dtype])(
+        _cpu_compiled(row, bits_name, TIRX_DTYPES[slot_mapping.dtype])(
             key.view(bits), value.view(bits), key_cache.view(-1, row).view(bits),
             value_cache.view(-1, row).view(bits), slot_mapping.contiguous())
     return key_cache, value_cache
@@ -108,20 +91,14 @@ def solve(key, value, key_cache, value_cache, slot_mapping):
         raise ValueError("paged_kv_write: caches must be contiguous to be updated in place")
     key, value = key.reshape(tokens, row).contiguous(), value.reshape(tokens, row).contiguous()
     esize = key.element_size()
-    vec = _vector_width(row, esize, [t.storage_offset() for t in (key, value, key_cache, value_cache)])
-    arch = _device_arch(key.device.index or 0)
-    ex = _compiled(row, _DTYPES[key.dtype], vec, esize, _DTYPES[slot_mapping.dtype], arch)
+    vec = vector_width(esize, row, [t.data_ptr() for t in (key, value, key_cache, value_cache)])
+    ex = _compiled(row, TIRX_DTYPES[key.dtype], vec, esize, TIRX_DTYPES[slot_mapping.dtype], gpu_arch(key.device))
     if tokens:
         ex(key, value, key_cache.view(-1, row), value_cache.view(-1, row), slot_mapping.contiguous())
     return key_cache, value_cache
 
 
-def compile_for(arch: str) -> None:
-    """Compile the kernel (token count and cache size are dynamic) to a device binary for `arch` with nvcc."""
-    row = 8 * 128  # full and odd sizes: 8 KV heads x head_dim 128
-    ex = _compiled(row, "bfloat16", _vector_width(row, 2), 2, "int64", arch)
-    for mod in ex.mod.imports:  # device code is otherwise built lazily at first launch
-        config = parse_backend_config(mod.inspect_source("backend_config"))
-        config["cuda"]["compiler"] = "nvcc"
-        if not compile_source(mod.inspect_source("cuda"), config).binary:
-            raise RuntimeError(f"nvcc produced no binary for {arch}")
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    """One kernel per row width (KV heads x head dim); token count and cache size are dynamic."""
+    for row in {dims["kv_heads"] * dims["head_dim"] for dims in sizes}:
+        nvcc_build(_compiled(row, "bfloat16", vector_width(2, row), 2, "int64", arch), f"row={row}")

@@ -6,7 +6,9 @@ import torch
 import cutlass
 import cutlass.cute as cute
 import cuda.bindings.driver as cuda
-from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+from metakernelbench.suite.kits.common import gpu_arch
+from metakernelbench.suite.kits.cute import compile_kernel, fake_ptr, gmem_ptr, stream_of
 
 MAX_THREADS = 128
 
@@ -43,9 +45,9 @@ def _write(
     pSlot: cute.Pointer,
     tokens: cutlass.Int32,
     cache_rows: cutlass.Int32,
-    stream: cuda.CUstream,
     row: cutlass.Constexpr,
     vec: cutlass.Constexpr,
+    stream: cuda.CUstream,
 ):
     nv = row // vec
     io = cute.make_layout((vec, nv, tokens), stride=(1, vec, row))
@@ -61,49 +63,29 @@ def _write(
     ).launch(grid=(tokens, 1, 1), block=(threads, 1, 1), stream=stream)
 
 
-_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16, torch.float32: cutlass.Float32}
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(dtype, row, arch):
     vec = 16 // dtype.itemsize
     if row % vec:
         raise ValueError(f"row of {row} elements is not a whole number of 16-byte vectors")
-    el = _DTYPES[dtype]
-    fake = make_ptr(el, 0, cute.AddressSpace.gmem, assumed_align=16)
-    slots = make_ptr(cutlass.Int64, 0, cute.AddressSpace.gmem, assumed_align=8)
-    return cute.compile(
-        _write, fake, fake, fake, fake, slots, cutlass.Int32(1), cutlass.Int32(1), make_fake_stream(), row, vec,
-        options=f"--gpu-arch {arch}",
-    )
-
-
-@functools.lru_cache(maxsize=None)
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-
-
-def _ptr(t, dtype, align):
-    if not t.is_contiguous() or t.data_ptr() % align:
-        raise ValueError(f"expected a contiguous tensor aligned to {align} bytes, got shape {tuple(t.shape)}")
-    return make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
+    fake = fake_ptr(dtype, 16)
+    return compile_kernel(_write, fake, fake, fake, fake, fake_ptr(torch.int64, 8), cutlass.Int32(1),
+                          cutlass.Int32(1), row, vec, arch=arch)
 
 
 def solve(key, value, key_cache, value_cache, slot_mapping):
     tokens, kv_heads, head_dim = key.shape
     row = kv_heads * head_dim
     cache_rows = key_cache.shape[0] * key_cache.shape[1]
-    el = _DTYPES[key.dtype]
-    kernel = _compiled(key.dtype, row, _arch(key.device))
-    kernel(
-        _ptr(key, el, 16), _ptr(value, el, 16), _ptr(key_cache, el, 16), _ptr(value_cache, el, 16),
-        _ptr(slot_mapping.to(torch.int64), cutlass.Int64, 8), tokens, cache_rows,
-        cuda.CUstream(torch.cuda.current_stream(key.device).cuda_stream),
-    )
+    if not all(t.is_contiguous() for t in (key, value, key_cache, value_cache)):
+        raise ValueError("paged_kv_write cute: keys, values and caches must be contiguous")
+    kernel = _compiled(key.dtype, row, gpu_arch(key.device))
+    kernel(gmem_ptr(key, 16), gmem_ptr(value, 16), gmem_ptr(key_cache, 16), gmem_ptr(value_cache, 16),
+           gmem_ptr(slot_mapping.to(torch.int64), 8), tokens, cache_rows, stream_of(key))
     return key_cache, value_cache
 
 
-def compile_for(arch: str) -> None:
-    """Compile the scatter kernel for the "full" and "odd" sizes (both have 8 KV heads x 128 dims per row)."""
-    _compiled(torch.bfloat16, 8 * 128, arch)
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    """One kernel per row width (KV heads x head dim); token count and cache size are dynamic."""
+    for row in {dims["kv_heads"] * dims["head_dim"] for dims in sizes}:
+        _compiled(torch.bfloat16, row, arch)

@@ -16,8 +16,10 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
-from cutlass.cute.runtime import make_fake_stream, make_ptr
 from cutlass.cutlass_dsl import T, dsl_user_op
+
+from metakernelbench.suite.kits.common import batcher_network, gpu_arch, require_int32_indexing
+from metakernelbench.suite.kits.cute import compile_kernel, fake_ptr, gmem_ptr, stream_of
 
 TOKENS = 32  # tokens per CTA, one thread each
 GROUP = 8  # logits per group maximum
@@ -25,26 +27,10 @@ SLOTS = 16  # candidates ranked in registers; a token has more about 3% of the t
 ONE = 0x3F800000  # the bits of 1.0f, 127 << 23; 127 is invertible mod 512 (127 * 383 = 1 mod 512)
 
 
-def _batcher(n):
-    """Comparator pairs (i, j), i < j, of Batcher's odd-even merge sort for n a power of two."""
-    pairs = []
-    p = 1
-    while p < n:
-        k = p
-        while k >= 1:
-            for j in range(k % p, n - k, 2 * k):
-                for i in range(min(k, n - j - k)):
-                    if (i + j) // (2 * p) == (i + j + k) // (2 * p):
-                        pairs.append((i + j, i + j + k))
-            k //= 2
-        p *= 2
-    return pairs
-
-
 def _sort_desc(xs, ce):
     """Sort a list descending with a comparator network; ce(a, b) returns (larger, smaller)."""
     xs = list(xs)
-    for i, j in _batcher(len(xs)):
+    for i, j in batcher_network(len(xs)):
         xs[i], xs[j] = ce(xs[i], xs[j])
     return xs
 
@@ -251,20 +237,11 @@ class _TopKRouter:
             cute.autovec_copy(topI, mI[tok, None])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(experts, top_k, arch):
     """Compile once per expert count, k and arch; the token count stays dynamic."""
-    logits = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=16)
-    w = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=16)
-    i = make_ptr(cutlass.Int32, 0, cute.AddressSpace.gmem, assumed_align=16)
-    return cute.compile(_TopKRouter(experts, top_k), logits, w, i, cutlass.Int32(1), make_fake_stream(),
-                        options=f"--gpu-arch {arch}")
-
-
-@functools.lru_cache(maxsize=None)
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    return compile_kernel(_TopKRouter(experts, top_k), fake_ptr(torch.float32, 16), fake_ptr(torch.float32, 16),
+                          fake_ptr(torch.int32, 16), cutlass.Int32(1), arch=arch)
 
 
 def solve(logits, top_k):
@@ -281,16 +258,12 @@ def solve(logits, top_k):
     ids = torch.empty((tokens, top_k), dtype=torch.int32, device=logits.device)
     if tokens == 0:
         return weights, ids
-    if logits.numel() >= 2**31:
-        raise ValueError("softmax_topk_router cute: 32-bit indexing supports fewer than 2**31 logits")
-    kernel = _compiled(experts, top_k, _arch(logits.device))
-    gmem = cute.AddressSpace.gmem
-    kernel(make_ptr(cutlass.Float32, logits.data_ptr(), gmem, assumed_align=16),
-           make_ptr(cutlass.Float32, weights.data_ptr(), gmem, assumed_align=16),
-           make_ptr(cutlass.Int32, ids.data_ptr(), gmem, assumed_align=16),
-           tokens, cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream))
+    require_int32_indexing(logits)
+    kernel = _compiled(experts, top_k, gpu_arch(logits.device))
+    kernel(gmem_ptr(logits, 16), gmem_ptr(weights, 16), gmem_ptr(ids, 16), tokens, stream_of(logits))
     return weights, ids
 
 
-def compile_for(arch: str) -> None:
-    _compiled(128, 8, arch)  # "full" and "odd": 128 experts, top 8, fp32; tokens are dynamic
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    for experts, top_k in {(dims["experts"], dims["top_k"]) for dims in sizes}:  # tokens are dynamic
+        _compiled(experts, top_k, arch)

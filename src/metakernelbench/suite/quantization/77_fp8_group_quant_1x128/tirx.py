@@ -2,15 +2,14 @@
 import functools
 
 import torch
-import tvm_tirx
-from tvm_tirx.backend.config import parse_backend_config
-from tvm_tirx.backend.cuda.compiler import compile_source
 from tvm_tirx.script import tirx as T
+
+from metakernelbench.suite.kits.common import gpu_arch, require_int32_indexing
+from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cpu, build_cuda, e4m3_bits, fp32, nvcc_build
 
 GROUP = 128
 FP8_MAX = 448.0
-# IEEE division x / scale as the reference does it, no flush-to-zero: the default build passes --use_fast_math.
-_NO_FAST_MATH = {"cuda": {"nvcc": [], "nvrtc": []}}
+CPU_PATH = True
 _THREADS = 256
 _LANES = 8  # lanes per group; each lane owns two 8-element chunks, lane and lane + 8
 _VEC = 8  # bf16 per 16-byte load
@@ -21,7 +20,7 @@ def _kernel(hidden):
     if hidden % GROUP:
         raise ValueError(f"hidden={hidden} is not a multiple of the group size {GROUP}")
     groups_per_row = hidden // GROUP
-    amin = float(torch.tensor(1e-10, dtype=torch.float32))  # the fp32 value the reference clamps to
+    amin = fp32(1e-10)  # the fp32 value the reference clamps to
     m = T.dynamic("m")
 
     @T.function
@@ -32,7 +31,7 @@ def _kernel(hidden):
     ):
         T.device_entry(
             launch=T.cuda.LaunchConfig(grid=T.ceildiv(m * groups_per_row * _LANES, _THREADS), block=_THREADS),
-            backend_config=_NO_FAST_MATH,
+            backend_config=NO_FAST_MATH,  # IEEE x / scale, as the reference divides
         )
         gtid = T.cuda.block_idx("x") * _THREADS + T.cuda.thread_idx("x")
         g = gtid // _LANES
@@ -66,41 +65,12 @@ def _kernel(hidden):
     return fp8_group_quant
 
 
-@functools.cache
-def _compiled(hidden, arch):
-    return tvm_tirx.tirx.compile(_kernel(hidden), target=tvm_tirx.target.Target({"kind": "cuda", "arch": arch}))
-
-
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-
-
-def _e4m3_bits(y):
-    """e4m3fn bit pattern of fp32 `y` (already clamped to +-448), rounded to nearest even: the llvm target's own
-    fp8 cast neither saturates nor rounds subnormals correctly."""
-    bits = T.reinterpret(y, ty="uint32")
-    ab = bits & T.uint32(0x7FFFFFFF)
-    # Subnormals (|y| < 2**-6): k * 2**-9 with k = round-half-even(|y| * 512); k = 8 is the smallest normal.
-    v = T.reinterpret(ab, ty="float32") * T.float32(512.0)
-    fl = T.floor(v)
-    fr = v - fl
-    ki = T.Cast("uint32", fl)
-    odd = (ki & T.uint32(1)) == T.uint32(1)
-    sub = ki + T.if_then_else((fr > T.float32(0.5)) | ((fr == T.float32(0.5)) & odd), T.uint32(1), T.uint32(0))
-    # Normals: round the fp32 mantissa to 3 bits (half to even), then rebias the exponent from 127 to 7.
-    normal = ((ab + T.uint32(0x7FFFF) + ((ab >> T.uint32(20)) & T.uint32(1))) >> T.uint32(20)) - T.uint32(120 << 3)
-    code = T.if_then_else(ab >= T.uint32(121 << 23), normal, sub)
-    return T.Cast("uint8", code | ((bits >> T.uint32(24)) & T.uint32(0x80)))
-
-
-@functools.cache
-def _cpu_compiled(hidden):
+def _cpu_kernel(hidden):
     """Host (llvm) kernel: one parallel iteration per group; q is written as e4m3 bit patterns (uint8)."""
     if hidden % GROUP:
         raise ValueError(f"hidden={hidden} is not a multiple of the group size {GROUP}")
     groups_per_row = hidden // GROUP
-    amin = float(torch.tensor(1e-10, dtype=torch.float32))
+    amin = fp32(1e-10)
     m = T.dynamic("m")
 
     @T.function
@@ -120,48 +90,30 @@ def _cpu_compiled(hidden):
             S[row, grp] = st[1]
             for j in range(GROUP):
                 y = T.float32(X[row, grp * GROUP + j]) / st[1]
-                Q[row, grp * GROUP + j] = _e4m3_bits(T.min(T.max(y, T.float32(-FP8_MAX)), T.float32(FP8_MAX)))
+                Q[row, grp * GROUP + j] = e4m3_bits(T.min(T.max(y, T.float32(-FP8_MAX)), T.float32(FP8_MAX)))
 
-    return tvm_tirx.tirx.compile(fp8_group_quant_cpu, target="llvm")
+    return fp8_group_quant_cpu
 
 
-def _solve_cpu(x):
-    if x.dtype != torch.bfloat16 or x.dim() != 2:
-        raise TypeError("fp8_group_quant tirx kernel takes a 2-D bf16 tensor")
-    m, k = x.shape
-    x = x.contiguous()
-    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
-    scales = torch.empty((m, k // GROUP), dtype=torch.float32, device=x.device)
-    if m > 0:
-        _cpu_compiled(k)(x, q.view(torch.uint8), scales)
-    return q, scales
+@functools.cache
+def _compiled(hidden, arch):
+    return build_cuda(_kernel(hidden), arch) if arch else build_cpu(_cpu_kernel(hidden))
 
 
 def solve(x):
-    if not x.is_cuda:
-        return _solve_cpu(x)
     if x.dtype != torch.bfloat16 or x.dim() != 2:
         raise TypeError("fp8_group_quant tirx kernel takes a 2-D bf16 tensor")
     m, k = x.shape
     x = x.contiguous()
-    if x.numel() >= 2**31:
-        raise ValueError("tensor too large for the kernel's 32-bit indexing")
+    require_int32_indexing(x)
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((m, k // GROUP), dtype=torch.float32, device=x.device)
     if m > 0:
-        _compiled(k, _arch(x.device))(x, q, scales)
+        # The host kernel writes e4m3 bit patterns (the llvm target's own fp8 cast is not the contract's).
+        _compiled(k, gpu_arch(x.device) if x.is_cuda else None)(x, q if x.is_cuda else q.view(torch.uint8), scales)
     return q, scales
 
 
-def _nvcc_build(ex, what):
-    """Build the device code of `ex` now with nvcc (solve's NVRTC build happens lazily at the first launch)."""
-    for mod in ex.mod.imports:
-        config = parse_backend_config(mod.inspect_source("backend_config"))
-        config["cuda"]["compiler"] = "nvcc"
-        if not compile_source(mod.inspect_source("cuda"), config).binary:
-            raise RuntimeError(f"nvcc produced no device binary for {what}")
-
-
-def compile_for(arch: str) -> None:
-    """Compile the kernel solve launches at the full and odd sizes (both hidden 7168) to a device binary for `arch`."""
-    _nvcc_build(_compiled(7168, arch), "hidden=7168")
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    for hidden in {dims["hidden"] for dims in sizes}:  # the token count is dynamic
+        nvcc_build(_compiled(hidden, arch), f"hidden={hidden}")

@@ -6,13 +6,14 @@ import torch
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+from metakernelbench.suite.kits.common import gpu_arch, require_int32_indexing, vector_width
+from metakernelbench.suite.kits.cute import compile_kernel, fake_ptr, gmem_ptr, lanes_max, stream_of, vector_copy
 
 GROUP = 128
 FP8_MAX = 448.0
 LANES = 8  # lanes per group: 16 values each, so a warp quantises 4 groups and its amax needs 3 shuffles
 THREADS = 256
-_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16, torch.float32: cutlass.Float32}
 
 
 class _GroupQuant:
@@ -40,10 +41,7 @@ class _GroupQuant:
         g = bidx * (THREADS // LANES) + tidx // LANES
         lane = tidx % LANES
         live = g < mX.shape[0]
-        load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                   num_bits_per_copy=V * mX.element_type.width)
-        store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mQ.element_type,
-                                    num_bits_per_copy=V * mQ.element_type.width)
+        load, store = vector_copy(mX.element_type, V), vector_copy(mQ.element_type, V)
         # Lane l takes vectors l, l + 8, ...: each load instruction of the 8 lanes covers one contiguous run.
         gX = cute.zipped_divide(mX[g, None], (V,))
         gQ = cute.zipped_divide(mQ[g, None], (V,))
@@ -53,9 +51,7 @@ class _GroupQuant:
             for j in cutlass.range_constexpr(self.nv):
                 cute.copy(load, gX[None, lane + LANES * j], rX[None, j])
         x = rX.load().to(cutlass.Float32)
-        amax = cute.math.abs(x).reduce(cute.ReductionOp.MAX, cutlass.Float32(0.0), 0)
-        for k in cutlass.range_constexpr(LANES.bit_length() - 1):
-            amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=LANES >> (k + 1)))
+        amax = lanes_max(cute.math.abs(x).reduce(cute.ReductionOp.MAX, cutlass.Float32(0.0), 0), LANES)
         scale = cute.arch.fmax(amax, cutlass.Float32(1e-10)) / FP8_MAX
         # x / scale without 16 divisions: y0 = x * (1 / scale) is often an ulp off, which flips e4m3 roundings;
         # one Markstein step, y0 + (x - y0 * scale) / scale, with an exact fma residual, is the correctly rounded
@@ -74,20 +70,11 @@ class _GroupQuant:
                 mS[g] = scale
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(dtype, vec, arch):
     """Compile once per input dtype, vector width and arch; the number of groups stays dynamic."""
-    dt = _DTYPES[dtype]
-    x = make_ptr(dt, 0, cute.AddressSpace.gmem, assumed_align=vec * dt.width // 8)
-    q = make_ptr(cutlass.Float8E4M3FN, 0, cute.AddressSpace.gmem, assumed_align=vec)
-    s = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=4)
-    return cute.compile(_GroupQuant(vec), x, q, s, cutlass.Int32(1), make_fake_stream(), options=f"--gpu-arch {arch}")
-
-
-@functools.lru_cache(maxsize=None)
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    return compile_kernel(_GroupQuant(vec), fake_ptr(dtype, vec * dtype.itemsize), fake_ptr(torch.float8_e4m3fn, vec),
+                          fake_ptr(torch.float32, 4), cutlass.Int32(1), arch=arch)
 
 
 def solve(x):
@@ -97,23 +84,15 @@ def solve(x):
     x = x.contiguous()
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((m, k // GROUP), dtype=torch.float32, device=x.device)
-    n = x.numel()
-    if n == 0:
+    if x.numel() == 0:
         return q, scales
-    if n >= 2**31:
-        raise ValueError("fp8_group_quant cute: 32-bit indexing supports fewer than 2**31 elements")
-    px, size = x.data_ptr(), x.element_size()
-    vec = 16 // size
-    while vec > 1 and px % (vec * size):
-        vec //= 2
-    kernel = _compiled(x.dtype, vec, _arch(x.device))
-    gmem = cute.AddressSpace.gmem
-    kernel(make_ptr(_DTYPES[x.dtype], px, gmem, assumed_align=vec * size),
-           make_ptr(cutlass.Float8E4M3FN, q.data_ptr(), gmem, assumed_align=vec),
-           make_ptr(cutlass.Float32, scales.data_ptr(), gmem, assumed_align=4),
-           n // GROUP, cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream))
+    require_int32_indexing(x)
+    vec = vector_width(x.element_size(), GROUP, (x.data_ptr(),))
+    _compiled(x.dtype, vec, gpu_arch(x.device))(gmem_ptr(x, vec * x.element_size()), gmem_ptr(q, vec),
+                                                gmem_ptr(scales, 4), x.numel() // GROUP, stream_of(x))
     return q, scales
 
 
-def compile_for(arch: str) -> None:
-    _compiled(torch.bfloat16, 8, arch)  # "full" and "odd": bf16, aligned; the group count is dynamic
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    """Every size is bf16 with whole groups: one kernel, the group count dynamic."""
+    _compiled(torch.bfloat16, vector_width(2, GROUP), arch)

@@ -9,6 +9,7 @@ import torch
 
 FAMILY = "quantization"
 SOURCE_MODEL = "DeepSeek-V3"
+DTYPE = "fp8"
 GROUP = 128
 FP8_MAX = 448.0
 SIZES = {

@@ -11,13 +11,12 @@ per-token loop does the same selection."""
 import functools
 
 import torch
-import tvm_tirx
-from tvm_tirx.backend.config import parse_backend_config
-from tvm_tirx.backend.cuda.compiler import compile_source
 from tvm_tirx.script import tirx as T
 
-# No flush-to-zero, so subnormal logits compare exactly: the default build passes --use_fast_math.
-_NO_FAST_MATH = {"cuda": {"nvcc": [], "nvrtc": []}}
+from metakernelbench.suite.kits.common import batcher_network, gpu_arch, require_int32_indexing
+from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cpu, build_cuda, nvcc_build
+
+CPU_PATH = True
 _TOKENS = 32  # tokens per CTA, one thread each
 _GROUP = 8  # logits per group maximum
 _BLOCK = 8  # group maxima sorted per block for the bound; also the largest top_k
@@ -25,23 +24,7 @@ _SLOTS = 16  # candidates ranked in registers; a token has more about 3% of the 
 _ONE = 0x3F800000  # the bits of 1.0f, 127 << 23; 127 is invertible mod 512 (127 * 383 = 1 mod 512)
 
 
-def _batcher(n):
-    """Comparator pairs (i, j), i < j, of Batcher's odd-even merge sort for n a power of two."""
-    pairs = []
-    p = 1
-    while p < n:
-        k = p
-        while k >= 1:
-            for j in range(k % p, n - k, 2 * k):
-                for i in range(min(k, n - j - k)):
-                    if (i + j) // (2 * p) == (i + j + k) // (2 * p):
-                        pairs.append((i + j, i + j + k))
-            k //= 2
-        p *= 2
-    return pairs
-
-
-_PAIRS = _batcher(_BLOCK)  # 19 comparators sort 8 maxima (a bitonic network needs 24)
+_PAIRS = batcher_network(_BLOCK)  # 19 comparators sort 8 maxima (a bitonic network needs 24)
 
 
 def _pair(q, side):
@@ -69,7 +52,7 @@ def _kernel(experts, top_k):
     ):
         T.device_entry(
             launch=T.cuda.LaunchConfig(grid=T.ceildiv(n, _TOKENS), block=_TOKENS),
-            backend_config=_NO_FAST_MATH,
+            backend_config=NO_FAST_MATH,
         )
         t = T.cuda.thread_idx("x")
         first = T.cuda.block_idx("x") * _TOKENS
@@ -236,8 +219,7 @@ def _fmin(a, b):
 
 @functools.cache
 def _compiled(experts, top_k, arch):
-    target = tvm_tirx.target.Target({"kind": "cuda", "arch": arch})
-    return tvm_tirx.tirx.compile(_kernel(experts, top_k), target=target)
+    return build_cuda(_kernel(experts, top_k), arch)
 
 
 @functools.cache
@@ -281,7 +263,7 @@ def _cpu_compiled(experts, top_k):
             for r in range(top_k):
                 WT[tok, r] = WT[tok, r] / st[2]
 
-    return tvm_tirx.tirx.compile(softmax_topk_cpu, target="llvm")
+    return build_cpu(softmax_topk_cpu)
 
 
 def _solve_cpu(logits, top_k):
@@ -297,11 +279,6 @@ def _solve_cpu(logits, top_k):
     return weights, ids
 
 
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-
-
 def solve(logits, top_k):
     if not logits.is_cuda:
         return _solve_cpu(logits, top_k)
@@ -312,25 +289,14 @@ def solve(logits, top_k):
     if experts % _GROUP or experts > 256 or not 1 <= top_k <= min(experts, _BLOCK):
         raise ValueError(f"softmax_topk tirx kernel: experts a multiple of {_GROUP} up to 256, top_k up to {_BLOCK}")
     logits = logits.contiguous()
-    if logits.numel() >= 2**31:
-        raise ValueError("too many logits for the kernel's 32-bit indexing")
+    require_int32_indexing(logits)
     weights = torch.empty((tokens, top_k), dtype=torch.float32, device=logits.device)
     ids = torch.empty((tokens, top_k), dtype=torch.int32, device=logits.device)
     if tokens > 0:
-        _compiled(experts, top_k, _arch(logits.device))(logits, weights, ids)
+        _compiled(experts, top_k, gpu_arch(logits.device))(logits, weights, ids)
     return weights, ids
 
 
-def _nvcc_build(ex, what):
-    """Build the device code of `ex` now with nvcc (solve's NVRTC build happens lazily at the first launch)."""
-    for mod in ex.mod.imports:
-        config = parse_backend_config(mod.inspect_source("backend_config"))
-        config["cuda"]["compiler"] = "nvcc"
-        if not compile_source(mod.inspect_source("cuda"), config).binary:
-            raise RuntimeError(f"nvcc produced no device binary for {what}")
-
-
-def compile_for(arch: str) -> None:
-    """Compile the kernel solve launches at the full and odd sizes (128 experts, top 8; tokens are dynamic) to a
-    device binary for `arch`."""
-    _nvcc_build(_compiled(128, 8, arch), "experts=128, top_k=8")
+def compile_for(arch: str, sizes: list[dict]) -> None:
+    for experts, top_k in {(dims["experts"], dims["top_k"]) for dims in sizes}:  # tokens are dynamic
+        nvcc_build(_compiled(experts, top_k, arch), f"experts={experts}, top_k={top_k}")

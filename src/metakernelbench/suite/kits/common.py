@@ -1,0 +1,47 @@
+"""Host-side helpers of every reference, whatever its DSL: the GPU's arch name, vector widths, index-width guards."""
+import functools
+
+import torch
+
+
+@functools.cache
+def gpu_arch(device: torch.device) -> str:
+    """`sm_90a` on Hopper: the `a` suffix unlocks arch-specific instructions (wgmma, setmaxnreg) from sm_90 up."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+
+
+def vector_width(element_size: int, length: int, addresses=()) -> int:
+    """Elements per access: the widest power of two up to 16 bytes that divides `length` and keeps every address
+    aligned (a power of two divides each address exactly when it divides their OR)."""
+    aligned = 0
+    for address in addresses:
+        aligned |= address
+    vec = max(1, 16 // element_size)
+    while vec > 1 and (length % vec or aligned % (vec * element_size)):
+        vec //= 2
+    return vec
+
+
+def require_int32_indexing(*tensors: torch.Tensor) -> None:
+    """Kernels index with 32-bit integers: refuse tensors they cannot address instead of wrapping around."""
+    for tensor in tensors:
+        if tensor.numel() >= 2**31:
+            raise ValueError(f"a tensor of shape {tuple(tensor.shape)} is too large for 32-bit indexing")
+
+
+def batcher_network(n: int) -> list[tuple[int, int]]:
+    """Comparator pairs (i, j), i < j, of Batcher's odd-even merge sort for n a power of two: 19 compares sort 8
+    values where a bitonic network needs 24. Unrolled in a kernel, it sorts registers without branches."""
+    pairs = []
+    p = 1
+    while p < n:
+        k = p
+        while k >= 1:
+            for j in range(k % p, n - k, 2 * k):
+                for i in range(min(k, n - j - k)):
+                    if (i + j) // (2 * p) == (i + j + k) // (2 * p):
+                        pairs.append((i + j, i + j + k))
+            k //= 2
+        p *= 2
+    return pairs
