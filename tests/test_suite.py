@@ -45,19 +45,37 @@ def test_every_output_varies_with_the_seed(suite):
         assert rows and all(r.passed for r in rows), [r for r in rows if not r.passed]
 
 
+def write_problem(root, body, folder="mlp_norm/90_constant", spec=None):
+    """A problem in this suite's layout: `body` (make_inputs, reference) plus the spec fields of `spec`."""
+    path = root / folder / "problem.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(textwrap.dedent(body) + textwrap.dedent(SPEC if spec is None else spec))
+    return path
+
+
+SPEC = """
+    FAMILY = "mlp_norm"
+    SOURCE_MODEL = "test"
+    DTYPE = "fp32"
+    SIZES = {"full": {}, "odd": {}, "cpu": {}, "cpu_odd": {}}
+    OUTPUTS = ("y",)
+    COMPARE = {"y": "float"}
+    def flops(x): return x.numel()
+    def bytes_moved(x): return 8 * x.numel()
+"""
+
+
 def test_audit_rejects_a_near_constant_problem(tmp_path):
-    path = tmp_path / "constant" / "problem.py"
-    path.parent.mkdir()
-    path.write_text(textwrap.dedent('''
+    path = write_problem(tmp_path, '''
         """Nearly constant output."""
         import torch
-        def make_inputs(seed, device, size="cpu"):
+        def make_inputs(seed, device, size):
             return (torch.randn(64, generator=torch.Generator().manual_seed(seed)),)
         def reference(x):
             return torch.ones_like(x) + 1e-9 * x
-    '''))
-    (row,) = audit_problem(load_problem(str(path)), "cpu")
-    assert not row.passed and "near-constant" in row.reason
+    ''')
+    rows = audit_problem(load_problem(str(path)), "cpu")
+    assert rows and not any(r.passed for r in rows) and "near-constant" in rows[0].reason
 
 
 def test_published_layout_loads_unchanged(tmp_path):
@@ -84,3 +102,57 @@ def test_published_layout_loads_unchanged(tmp_path):
 def test_missing_suite_folder_is_a_clear_error(tmp_path):
     with pytest.raises(ProblemError, match="--suite"):
         load_suite(tmp_path / "nowhere")
+
+
+GOOD = '''
+    """A well-formed problem."""
+    import torch
+    def make_inputs(seed, device, size):
+        return (torch.randn(64, generator=torch.Generator().manual_seed(seed)),)
+    def reference(x):
+        return x * 2
+'''
+
+
+@pytest.mark.parametrize("change,field,hint", [
+    (('COMPARE = {"y": "float"}', 'COMPARE = {"yy": "float"}'), "COMPARE", "names 'yy', which is not an output"),
+    (('COMPARE = {"y": "float"}', 'COMPARE = {}'), "COMPARE", "has no rule for output 'y'"),
+    (('COMPARE = {"y": "float"}', 'COMPARE = {"y": "exakt"}'), "COMPARE", "unknown rule 'exakt'"),
+    (('OUTPUTS = ("y",)', 'OUTPUTS = ("y",)\n    INPLACE = {"z": 0}'), "INPLACE", "names 'z'"),
+    (('OUTPUTS = ("y",)', 'OUTPUTS = ("y",)\n    INPLACE = {"y": 3}'), "INPLACE", "points at input 3"),
+    (('"cpu_odd": {}', '"cpu_2": {}'), "SIZES", "lacks cpu_odd"),
+    (('FAMILY = "mlp_norm"', 'FAMILY = "moe"'), "FAMILY", "the folder says 'mlp_norm'"),
+    (('DTYPE = "fp32"', ''), "DTYPE", "is missing"),
+    (('def flops(x): return x.numel()', ''), "flops", "is not defined"),
+])
+def test_a_malformed_spec_is_one_line_naming_file_field_and_fix(tmp_path, change, field, hint):
+    path = write_problem(tmp_path, GOOD, spec=SPEC.replace(*change))
+    with pytest.raises(ProblemError) as caught:
+        load_problem(str(path))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{path}: {field}: ") and hint in message and "; " in message
+
+
+def test_folder_names_and_numbers_are_checked(tmp_path):
+    bad = write_problem(tmp_path, GOOD, folder="mlp_norm/7-constant")
+    with pytest.raises(ProblemError, match=r"folder: '7-constant' is not <nn>_<name>"):
+        load_problem(str(bad))
+    suite = tmp_path / "suite"
+    write_problem(suite, GOOD, folder="mlp_norm/90_one")
+    write_problem(suite, GOOD, folder="mlp_norm/90_two")
+    with pytest.raises(ProblemError, match=r"number: 90 is also mlp_norm/90_one"):
+        load_suite(suite)
+
+
+def test_work_checks_run_the_formulas(tmp_path):
+    from metakernelbench.suite.spec import check_work
+
+    path = write_problem(tmp_path, GOOD, spec=SPEC.replace("return 8 * x.numel()", "return 0"))
+    faults = check_work(load_problem(str(path)))
+    assert len(faults) == 2 and all("bytes_moved returns 0" in f for f in faults)
+
+
+def test_the_whole_suite_passes_the_spec_and_work_checks(suite):
+    from metakernelbench.suite.spec import check_work
+
+    assert [f for p in suite for f in check_work(p)] == []

@@ -132,17 +132,22 @@ def grade(problem: str, file: Path, dsl: str = typer.Option(..., help="The varia
 
 @app.command()
 def audit(suite: Optional[Path] = SuiteOption, device: Optional[str] = typer.Option("cpu")) -> None:
-    """Prove every problem's outputs vary with the seed and are not near-constant (exit 1 otherwise)."""
+    """Check every problem's spec and formulas, and prove its outputs vary with the seed and are not near-constant
+    (exit 1 otherwise)."""
     from metakernelbench.suite.audit import audit_problem
+    from metakernelbench.suite.spec import check_work
 
     table = Table("problem", "size", "output", "changed", "distinct", "std/max", "ok")
     failed = 0
     for p in _problems(suite):
+        for fault in check_work(p):
+            failed += 1
+            err.print(f"spec: {fault}", highlight=False, markup=False, soft_wrap=True)
         for row in audit_problem(p, _device(device)):
             failed += not row.passed
             table.add_row(row.problem, row.size, row.output, f"{row.changed_fraction:.1%}",
                           str(row.distinct_values), f"{row.relative_spread:.3g}",
-                          "yes" if row.passed else f"[red]no[/red]: {row.reason}")
+                          "yes" if row.passed else f"[red]no[/red]: {escape(row.reason)}")
     console.print(table)
     raise typer.Exit(1 if failed else 0)
 
