@@ -65,3 +65,11 @@ def lanes_max(value: cutlass.Float32, lanes: cutlass.Constexpr) -> cutlass.Float
     for k in cutlass.range_constexpr(lanes.bit_length() - 1):
         value = cute.arch.fmax(value, cute.arch.shuffle_sync_bfly(value, offset=lanes >> (k + 1)))
     return value
+
+
+@cute.jit
+def lanes_sum(value: cutlass.Float32, lanes: cutlass.Constexpr) -> cutlass.Float32:
+    """Sum over aligned groups of `lanes` consecutive lanes (a power of two up to 32) by butterfly shuffles."""
+    for k in cutlass.range_constexpr(lanes.bit_length() - 1):
+        value = value + cute.arch.shuffle_sync_bfly(value, offset=lanes >> (k + 1))
+    return value

@@ -1,217 +1,128 @@
-"""Gated delta decode: each CTA keeps a column block of the fp32 state in registers, one 16-byte load/store per 4."""
+"""Gated delta decode, k-last state, in CuTe DSL: eight lanes per state row (one V index, K contiguous), 16-byte
+loads and stores, the two K-dot products by 3-step shuffles; one CTA covers 32 rows of one (batch, V head)."""
 import functools
 
 import torch
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cuda.bindings.driver as cuda
-from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+from metakernelbench.suite.kits.common import gpu_arch
+from metakernelbench.suite.kits.cute import compile_kernel, fake_ptr, gmem_ptr, lanes_sum, stream_of
 
 THREADS = 128
-WARPS = THREADS // 32
-VEC = 4  # fp32 state elements per 16-byte access
-L2_EPS = 1e-6
+LANES = 8  # lanes per state row: K = 128 fp32 are 32 16-byte chunks, four per lane
+VEC = 4  # fp32 per 16-byte chunk
+ROWS = 2  # rows per lane group: both rows' loads are in flight before any math
+ROWS_PER_CTA = THREADS // LANES * ROWS
 
 
 @cute.kernel
 def _step_kernel(
-    mQ: cute.Tensor,  # (E, dk/E, Hk, B) bf16, E = dk/32 elements per lane
+    mQ: cute.Tensor,  # (VEC, K/VEC, Hk, B) bf16
     mK: cute.Tensor,
-    mV: cute.Tensor,  # (VEC, dv/VEC, Hv, B)
-    mG: cute.Tensor,  # (Hv, B)
-    mBeta: cute.Tensor,
-    mS: cute.Tensor,  # (VEC, dv/VEC, dk, Hv, B) fp32
-    mO: cute.Tensor,  # (VEC, dv/VEC, Hv, B)
+    mV: cute.Tensor,  # (V, Hv, B) bf16
+    mALog: cute.Tensor,  # (Hv,) fp32
+    mA: cute.Tensor,  # (Hv, B) bf16
+    mDtBias: cute.Tensor,  # (Hv,) fp32
+    mB: cute.Tensor,  # (Hv, B) bf16
+    mS: cute.Tensor,  # (VEC, K/VEC, V, Hv, B) fp32: state[b, h, v, k]
+    mO: cute.Tensor,  # (V, Hv, B) bf16
     mN: cute.Tensor,  # like mS: the new state
-    CL: cutlass.Constexpr,  # lanes across the columns of one row
-    scale: cutlass.Constexpr,
+    scale: cutlass.Float32,
 ):
-    dk = mS.shape[2]
-    RS = THREADS // CL  # rows read concurrently by the CTA
-    NR = dk // RS  # rows per thread
+    NC = mS.shape[1] // LANES  # chunks per lane
     tid, _, _ = cute.arch.thread_idx()
-    jb, h, b = cute.arch.block_idx()
+    rb, h, b = cute.arch.block_idx()
     hk = h // (mS.shape[3] // mQ.shape[2])
-    bl = cutlass.Int64(b)  # state offsets can pass 2^31 elements
-    c = tid % CL
-    rs = tid // CL
-    jv = jb * CL + c
-    warp = tid // 32
-    lane = tid % 32
+    lane = tid % LANES
+    first = rb * ROWS_PER_CTA + (tid // LANES) * ROWS
+    bl = cutlass.Int64(b)
 
-    # The state loads go out first; everything up to their first use overlaps with them.
-    rS = cute.make_rmem_tensor((VEC, NR), cutlass.Float32)
-    for m in cutlass.range_constexpr(NR):
-        cute.autovec_copy(mS[None, jv, rs + RS * m, h, bl], rS[None, m])
-    rV = cute.make_rmem_tensor((VEC,), mV.element_type)
-    cute.autovec_copy(mV[None, jv, h, b], rV)
-    g = mG[h, b]
-    beta = mBeta[h, b]
+    # The state rows go out first; the gates and q/k loads overlap with them.
+    rS = cute.make_rmem_tensor((VEC, NC, ROWS), cutlass.Float32)
+    for r in cutlass.range_constexpr(ROWS):
+        for i in cutlass.range_constexpr(NC):
+            cute.autovec_copy(mS[None, lane + LANES * i, first + r, h, bl], rS[None, i, r])
+    rQ = cute.make_rmem_tensor((VEC, NC), mQ.element_type)
+    rK = cute.make_rmem_tensor((VEC, NC), mK.element_type)
+    for i in cutlass.range_constexpr(NC):
+        cute.autovec_copy(mQ[None, lane + LANES * i, hk, b], rQ[None, i])
+        cute.autovec_copy(mK[None, lane + LANES * i, hk, b], rK[None, i])
+    q = rQ.load().to(cutlass.Float32)
+    k = rK.load().to(cutlass.Float32)
 
-    sQ = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, dk, 16), cute.make_layout((dk,)))
-    sK = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, dk, 16), cute.make_layout((dk,)))
-    sQK = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, 1, 4), cute.make_layout((1,)))
-    sA = cute.make_tensor(
-        cute.arch.alloc_smem(cutlass.Float32, WARPS * CL * VEC, 16), cute.make_layout((VEC, CL, WARPS))
-    )
-    sB = cute.make_tensor(
-        cute.arch.alloc_smem(cutlass.Float32, WARPS * CL * VEC, 16), cute.make_layout((VEC, CL, WARPS))
-    )
+    # g = exp(-exp(A_log) * softplus(a + dt_bias)) and beta = sigmoid(b), as torch computes them in fp32.
+    x = mA[h, b].to(cutlass.Float32) + mDtBias[h]
+    softplus = x
+    if x <= cutlass.Float32(20.0):
+        softplus = cute.math.log1p(cute.math.exp(x))
+    g = cute.math.exp(-cute.math.exp(mALog[h]) * softplus)
+    beta = cutlass.Float32(1.0) / (cutlass.Float32(1.0) + cute.math.exp(-mB[h, b].to(cutlass.Float32)))
 
-    if warp == 0:
-        E = mQ.shape[0]
-        rIn = cute.make_rmem_tensor((E,), mQ.element_type)
-        cute.autovec_copy(mQ[None, lane, hk, b], rIn)
-        q = rIn.load().to(cutlass.Float32)
-        cute.autovec_copy(mK[None, lane, hk, b], rIn)
-        k = rIn.load().to(cutlass.Float32)
-        ssq_q = cute.arch.warp_reduction_sum((q * q).reduce(cute.ReductionOp.ADD, 0.0, 0))
-        ssq_k = cute.arch.warp_reduction_sum((k * k).reduce(cute.ReductionOp.ADD, 0.0, 0))
-        dot = cute.arch.warp_reduction_sum((q * k).reduce(cute.ReductionOp.ADD, 0.0, 0))
-        rq = cute.math.rsqrt(ssq_q + L2_EPS) * scale
-        rk = cute.math.rsqrt(ssq_k + L2_EPS)
-        for e in cutlass.range_constexpr(E):
-            sQ[lane * E + e] = q[e] * rq
-            sK[lane * E + e] = k[e] * rk
+    for r in cutlass.range_constexpr(ROWS):
+        row = first + r
+        gs = rS[None, None, r].load() * g
+        old_v = lanes_sum((k * gs).reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), [0, 1]), LANES)
+        new_v = beta * mV[row, h, b].to(cutlass.Float32) + (cutlass.Float32(1.0) - beta) * old_v
+        s1 = gs - k * old_v + k * new_v
+        rS[None, None, r].store(s1)
+        o = lanes_sum((q * s1).reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), [0, 1]), LANES)
         if lane == 0:
-            sQK[0] = dot * rq * rk
-    cute.arch.sync_threads()
-
-    # Partial kᵀS and qᵀS over this thread's rows, then over the row slots of the warp and of the CTA.
-    a = cute.make_rmem_tensor((VEC,), cutlass.Float32)
-    bq = cute.make_rmem_tensor((VEC,), cutlass.Float32)
-    a.fill(0.0)
-    bq.fill(0.0)
-    for m in cutlass.range_constexpr(NR):
-        ki = sK[rs + RS * m]
-        qi = sQ[rs + RS * m]
-        for e in cutlass.range_constexpr(VEC):
-            a[e] = a[e] + ki * rS[e, m]
-            bq[e] = bq[e] + qi * rS[e, m]
-    for e in cutlass.range_constexpr(VEC):
-        for i in cutlass.range_constexpr(6 - CL.bit_length()):  # xor offsets CL, 2·CL, ..., 16
-            a[e] = a[e] + cute.arch.shuffle_sync_bfly(a[e], offset=CL << i)
-            bq[e] = bq[e] + cute.arch.shuffle_sync_bfly(bq[e], offset=CL << i)
-    if lane < CL:
-        sA[None, c, warp].store(a.load())
-        sB[None, c, warp].store(bq.load())
-    cute.arch.sync_threads()
-    a.store(sA[None, c, 0].load())
-    bq.store(sB[None, c, 0].load())
-    for w in cutlass.range_constexpr(1, WARPS):
-        a.store(a.load() + sA[None, c, w].load())
-        bq.store(bq.load() + sB[None, c, w].load())
-
-    # S' = d·S + k ⊗ u with u = beta·(v − d·kᵀS);  o = qᵀS' = d·qᵀS + (q·k)·u  (q already carries the scale).
-    decay = cute.math.exp(g)
-    u = (rV.load().to(cutlass.Float32) - a.load() * decay) * beta
-    if rs == 0:
-        rO = cute.make_rmem_tensor((VEC,), mO.element_type)
-        rO.store((bq.load() * decay + u * sQK[0]).to(mO.element_type))
-        cute.autovec_copy(rO, mO[None, jv, h, b])
-    for m in cutlass.range_constexpr(NR):
-        rS[None, m].store(rS[None, m].load() * decay + u * sK[rs + RS * m])
-        cute.autovec_copy(rS[None, m], mN[None, jv, rs + RS * m, h, bl])
+            mO[row, h, b] = (o * scale).to(mO.element_type)
+        for i in cutlass.range_constexpr(NC):
+            cute.autovec_copy(rS[None, i, r], mN[None, lane + LANES * i, row, h, bl])
 
 
 @cute.jit
-def _step(
-    pQ: cute.Pointer,
-    pK: cute.Pointer,
-    pV: cute.Pointer,
-    pG: cute.Pointer,
-    pBeta: cute.Pointer,
-    pS: cute.Pointer,
-    pO: cute.Pointer,
-    pN: cute.Pointer,
-    batch: cutlass.Int32,
-    stream: cuda.CUstream,
-    Hk: cutlass.Constexpr,
-    Hv: cutlass.Constexpr,
-    dk: cutlass.Constexpr,
-    dv: cutlass.Constexpr,
-):
-    E = dk // 32
-    CL = min(16, dv // VEC)
-    nvec = dv // VEC
-    qk = cute.make_layout((E, 32, Hk, batch), stride=(1, E, dk, Hk * dk))
-    vo = cute.make_layout((VEC, nvec, Hv, batch), stride=(1, VEC, dv, Hv * dv))
-    st = cute.make_layout((VEC, nvec, dk, Hv, batch), stride=(1, VEC, dv, dk * dv, Hv * dk * dv))
-    gb = cute.make_layout((Hv, batch), stride=(1, Hv))
+def _step(pQ: cute.Pointer, pK: cute.Pointer, pV: cute.Pointer, pALog: cute.Pointer, pA: cute.Pointer,
+          pDtBias: cute.Pointer, pB: cute.Pointer, pS: cute.Pointer, pO: cute.Pointer, pN: cute.Pointer,
+          batch: cutlass.Int32, scale: cutlass.Float32, Hk: cutlass.Constexpr, Hv: cutlass.Constexpr,
+          D: cutlass.Constexpr, stream: cuda.CUstream):
+    qk = cute.make_layout((VEC, D // VEC, Hk, batch), stride=(1, VEC, D, Hk * D))
+    vo = cute.make_layout((D, Hv, batch), stride=(1, D, Hv * D))
+    gates = cute.make_layout((Hv, batch), stride=(1, Hv))
+    state = cute.make_layout((VEC, D // VEC, D, Hv, batch), stride=(1, VEC, D, D * D, Hv * D * D))
     _step_kernel(
-        cute.make_tensor(pQ, qk),
-        cute.make_tensor(pK, qk),
-        cute.make_tensor(pV, vo),
-        cute.make_tensor(pG, gb),
-        cute.make_tensor(pBeta, gb),
-        cute.make_tensor(pS, st),
-        cute.make_tensor(pO, vo),
-        cute.make_tensor(pN, st),
-        CL,
-        dk ** -0.5,
-    ).launch(grid=(nvec // CL, Hv, batch), block=(THREADS, 1, 1), stream=stream)
+        cute.make_tensor(pQ, qk), cute.make_tensor(pK, qk), cute.make_tensor(pV, vo),
+        cute.make_tensor(pALog, cute.make_layout((Hv,))), cute.make_tensor(pA, gates),
+        cute.make_tensor(pDtBias, cute.make_layout((Hv,))), cute.make_tensor(pB, gates),
+        cute.make_tensor(pS, state), cute.make_tensor(pO, vo), cute.make_tensor(pN, state), scale,
+    ).launch(grid=(D // ROWS_PER_CTA, Hv, batch), block=(THREADS, 1, 1), stream=stream)
 
 
-_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
+@functools.cache
+def _compiled(qk_heads, v_heads, head, arch):
+    """One compile per head layout; the batch and the scale are runtime arguments."""
+    if head % (LANES * VEC) or head % ROWS_PER_CTA or v_heads % qk_heads:
+        raise ValueError(f"gdn_decode cute: head size {head} must be a multiple of {ROWS_PER_CTA}, and V heads "
+                         f"({v_heads}) a multiple of QK heads ({qk_heads})")
+    bf16, fp32 = fake_ptr(torch.bfloat16, 8), fake_ptr(torch.float32, 16)
+    return compile_kernel(_step, bf16, bf16, fake_ptr(torch.bfloat16, 2), fake_ptr(torch.float32, 4),
+                          fake_ptr(torch.bfloat16, 2), fake_ptr(torch.float32, 4), fake_ptr(torch.bfloat16, 2), fp32,
+                          fake_ptr(torch.bfloat16, 2), fp32, cutlass.Int32(1), cutlass.Float32(1.0), qk_heads, v_heads,
+                          head, arch=arch)
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled(dtype, qk_heads, v_heads, dk, dv, arch):
-    cl = min(16, dv // VEC)
-    e = dk // 32
-    if dk % 32 or e & (e - 1) or dv % VEC or 32 % cl or (dv // VEC) % cl or dk % (THREADS // cl) \
-            or v_heads % qk_heads:
-        raise ValueError(f"unsupported dk={dk}, dv={dv}, qk_heads={qk_heads}, v_heads={v_heads}")
-    el = _DTYPES[dtype]
-
-    def ptr(t, align):
-        return make_ptr(t, 0, cute.AddressSpace.gmem, assumed_align=align)
-
-    in_align = 2 * (dk // 32)
-    return cute.compile(
-        _step,
-        ptr(el, in_align), ptr(el, in_align), ptr(el, 8), ptr(cutlass.Float32, 4), ptr(cutlass.Float32, 4),
-        ptr(cutlass.Float32, 16), ptr(el, 8), ptr(cutlass.Float32, 16),
-        cutlass.Int32(1), make_fake_stream(), qk_heads, v_heads, dk, dv,
-        options=f"--gpu-arch {arch}",
-    )
-
-
-@functools.lru_cache(maxsize=None)
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-
-
-def _ptr(t, dtype, align):
-    if not t.is_contiguous() or t.data_ptr() % align:
-        raise ValueError(f"expected a contiguous tensor aligned to {align} bytes, got shape {tuple(t.shape)}")
-    return make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
-
-
-def solve(q, k, v, g, beta, state):
-    batch, qk_heads, dk = q.shape
-    v_heads, dv = v.shape[1], v.shape[2]
-    el = _DTYPES[q.dtype]
-    g = g.to(torch.float32)
-    beta = beta.to(torch.float32)
-    if state.dtype != torch.float32:
-        raise ValueError(f"state must be float32, got {state.dtype}")
-    o = torch.empty_like(v)
+def solve(q, k, v, state, A_log, a, dt_bias, b, scale):
+    batch, _, qk_heads, head = q.shape
+    v_heads = v.shape[2]
+    if q.dtype != torch.bfloat16 or state.dtype != torch.float32 or v.shape[3] != head:
+        raise ValueError("gdn_decode cute: bf16 q/k/v with K = V and an fp32 state")
+    q, k, v, state = q.contiguous(), k.contiguous(), v.contiguous(), state.contiguous()
+    a, b, A_log, dt_bias = a.contiguous(), b.contiguous(), A_log.contiguous(), dt_bias.contiguous()
+    output = torch.empty_like(v)
     new_state = torch.empty_like(state)
-    kernel = _compiled(q.dtype, qk_heads, v_heads, dk, dv, _arch(q.device))
-    in_align = 2 * (dk // 32)
-    kernel(
-        _ptr(q, el, in_align), _ptr(k, el, in_align), _ptr(v, el, 8), _ptr(g, cutlass.Float32, 4),
-        _ptr(beta, cutlass.Float32, 4), _ptr(state, cutlass.Float32, 16), _ptr(o, el, 8),
-        _ptr(new_state, cutlass.Float32, 16), batch,
-        cuda.CUstream(torch.cuda.current_stream(q.device).cuda_stream),
-    )
-    return o, new_state
+    if batch == 0:
+        return output, new_state
+    kernel = _compiled(qk_heads, v_heads, head, gpu_arch(q.device))
+    kernel(gmem_ptr(q, 8), gmem_ptr(k, 8), gmem_ptr(v, 2), gmem_ptr(A_log, 4), gmem_ptr(a, 2), gmem_ptr(dt_bias, 4),
+           gmem_ptr(b, 2), gmem_ptr(state, 16), gmem_ptr(output, 2), gmem_ptr(new_state, 16), batch, float(scale),
+           stream_of(q))
+    return output, new_state
 
 
 def compile_for(arch: str, sizes: list[dict]) -> None:
-    """Compile the step kernel for every GPU size (the batch is dynamic)."""
     for s in sizes:
-        _compiled(torch.bfloat16, s["qk_heads"], s["v_heads"], s["dk"], s["dv"], arch)
+        _compiled(s["qk_heads"], s["v_heads"], s["head"], arch)
