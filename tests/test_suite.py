@@ -96,7 +96,7 @@ def test_published_layout_loads_unchanged(tmp_path):
     assert torch.equal(x1[0], x2[0]) and not torch.equal(x1[0], p.make_inputs(4, "cpu", p.sizes[0])[0])
     (out,) = p.reference(*x1)
     assert torch.allclose(out, torch.nn.functional.gelu(x1[0]) * x1[1])
-    assert p.bytes_moved(x1, (out,)) == 3 * 256 * 4
+    assert p.bytes_moved(x1, (out,)) is None  # declares no formula: no roofline floor
 
 
 def test_missing_suite_folder_is_a_clear_error(tmp_path):

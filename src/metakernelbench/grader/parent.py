@@ -468,6 +468,9 @@ class Grader:
             self._work[key] = (problem.bytes_moved(inputs, outputs), problem.flops(inputs))
         moved, flops = self._work[key]
         bandwidth, peak_flops = self._peaks()
+        if moved is None:
+            return {"bytes": None, "flops": flops, "floor_ms": None, "fraction": None,
+                    "note": "the problem declares no bytes_moved: no roofline floor"}
         if not bandwidth:
             return {"bytes": moved, "flops": flops, "floor_ms": None, "fraction": None,
                     "note": f"no peak figures for {device_name(self.device)}"}

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import inspect
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -95,7 +96,13 @@ class Problem:
     def make_inputs(self, seed: int, device: str, size: str) -> tuple:
         if self.published_layout:
             torch.manual_seed(seed)
-            made = self.module.make_inputs()
+            try:
+                made = self.module.make_inputs()
+            except (AssertionError, RuntimeError) as exc:
+                if torch.cuda.is_available() or not re.search(r"CUDA|NVIDIA|cuda", str(exc)):
+                    raise
+                raise ProblemError(f"{self.path}: make_inputs() builds its inputs on CUDA and this machine has no "
+                                   "GPU: audit and grade it on a GPU machine") from exc
             made = tuple(made) if isinstance(made, (list, tuple)) else (made,)
             return tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in made)
         made = self.module.make_inputs(seed, device, size)
@@ -109,12 +116,12 @@ class Problem:
         fn: Callable | None = getattr(self.module, "flops", None)
         return float(fn(*inputs)) if fn else 0.0
 
-    def bytes_moved(self, inputs: tuple, outputs: tuple) -> float:
+    def bytes_moved(self, inputs: tuple, outputs: tuple) -> float | None:
+        """What a correct kernel must move, as the problem declares it; None when it declares nothing. Guessing
+        from the tensors would count whole cache pools (5-17x what a paged kernel touches upstream) and fail
+        honest fast kernels, so only declared formulas set a roofline floor."""
         fn: Callable | None = getattr(self.module, "bytes_moved", None)
-        if fn:
-            return float(fn(*inputs))
-        tensors = [t for t in (*inputs, *outputs) if isinstance(t, torch.Tensor)]
-        return float(sum(t.numel() * t.element_size() for t in tensors))
+        return float(fn(*inputs)) if fn else None
 
 
 def _load_module(path: Path) -> ModuleType:
@@ -129,26 +136,52 @@ def _load_module(path: Path) -> ModuleType:
     return module
 
 
+def _returned_parameters(module: ModuleType) -> tuple[int, dict[str, int]]:
+    """(number of outputs, in-place outputs) of a module that declares neither, read from its reference's `return`
+    statements: a returned parameter (upstream returns its updated caches so) is an in-place output. (0, {}) when the
+    returns are not literal tuples or names."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(module.reference)))
+    except (OSError, TypeError, SyntaxError):
+        return 0, {}
+    params = list(inspect.signature(module.reference).parameters)
+    shapes = []
+    for node in ast.walk(tree.body[0]):
+        if isinstance(node, ast.Return) and node.value is not None:
+            items = node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) else [node.value]
+            shapes.append([item.id if isinstance(item, ast.Name) else None for item in items])
+    if not shapes or len({len(names) for names in shapes}) != 1:
+        return 0, {}
+    inplace = {f"output{i}": params.index(name) for i, name in enumerate(shapes[0])
+               if name in params and all(names[i] == name for names in shapes)}
+    return len(shapes[0]), inplace
+
+
 def problem_from_file(path: Path) -> Problem:
     path = Path(path).resolve()
+    if path.suffix == ".json":
+        raise ProblemError(f"{path}: a SOL-ExecBench recipe, not a problem module: assemble it into a .py module with "
+                           "the licensed dataset first (upstream's licenses/README.md)")
     module = _load_module(path)
     for required in ("reference", "make_inputs"):
         if not callable(getattr(module, required, None)):
             raise ProblemError(f"{path}: defines no `{required}` function")
     params = inspect.signature(module.make_inputs).parameters
     published = len(params) == 0
-    if not published:
+    if published:  # upstream's layout: <family>/<nn>_<stem>.py, nothing declared beyond the constants
+        stem = _FOLDER.match(path.stem)
+        number, name = (int(stem.group(1)), stem.group(2)) if stem else (0, path.stem)
+        family = path.parent.name if path.parent.name in spec.FAMILIES else "unknown"
+        count, inplace = _returned_parameters(module)
+        outputs = tuple(f"output{i}" for i in range(count))
+    else:
         try:
             spec.check_module(path, module)
         except spec.SpecError as exc:
             raise ProblemError(str(exc)) from exc
-    folder = _FOLDER.match(path.parent.name)
-    number = int(getattr(module, "NUMBER", folder.group(1) if folder else 0))
-    name = getattr(module, "NAME", folder.group(2) if folder else path.stem)
-    family = getattr(module, "FAMILY", path.parent.parent.name if path.parent.parent.name in spec.FAMILIES else "unknown")
-    sizes = tuple(getattr(module, "SIZES", {"default": {}}).keys())
-    outputs = tuple(getattr(module, "OUTPUTS", ()))
-    compare = dict(getattr(module, "COMPARE", {}))
+        folder = _FOLDER.match(path.parent.name)
+        number, name, family = int(folder.group(1)), folder.group(2), module.FAMILY
+        outputs, inplace = tuple(module.OUTPUTS), dict(getattr(module, "INPLACE", {}))
     return Problem(
         name=name,
         number=number,
@@ -157,21 +190,35 @@ def problem_from_file(path: Path) -> Problem:
         dtype=getattr(module, "DTYPE", "unknown"),
         description=module.__doc__ or "",
         path=path,
-        sizes=sizes,
+        sizes=tuple(getattr(module, "SIZES", {"default": {}}).keys()),
         outputs=outputs,
-        compare=compare,
-        inplace=dict(getattr(module, "INPLACE", {})),
+        compare=dict(getattr(module, "COMPARE", {})),
+        inplace=inplace,
         module=module,
         published_layout=published,
     )
+
+
+def problem_files(root: Path) -> list[Path]:
+    """This suite's layout (`<family>/<nn>_<name>/problem.py`) when the folder has it; otherwise every module of
+    upstream's layout below it (`<family>/<nn>_<stem>.py`, recursively; names starting with `_` or `.` skipped)."""
+    ours = sorted(p for p in root.rglob("problem.py") if p.parent != root)
+    if ours:
+        return ours
+    return sorted(p for p in root.rglob("*.py")
+                  if not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts))
+
+
+def recipes(root: Path) -> list[Path]:
+    """SOL-ExecBench recipes below `root`: problems only once assembled with the licensed dataset."""
+    return sorted(Path(root).rglob("*.json"))
 
 
 def load_suite(suite_path: Path | None = None) -> list[Problem]:
     root = Path(suite_path) if suite_path else default_suite_path()
     if not root.is_dir():
         raise ProblemError(f"suite folder {root} does not exist: pass an existing folder with --suite")
-    files = sorted(p for p in root.rglob("problem.py") if p.parent != root) or sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
-    problems = sorted((problem_from_file(p) for p in files), key=lambda p: (p.number, p.id))
+    problems = sorted((problem_from_file(p) for p in problem_files(root)), key=lambda p: (p.number, p.id))
     try:
         spec.check_numbers(problems)
     except spec.SpecError as exc:
@@ -179,15 +226,15 @@ def load_suite(suite_path: Path | None = None) -> list[Problem]:
     return problems
 
 
-def load_problem(spec: str, suite_path: Path | None = None) -> Problem:
-    """Find a problem by number (`38`), name (`fused_add_rmsnorm`), id (`mlp_norm/38_fused_add_rmsnorm`) or file."""
-    if spec.endswith(".py") and Path(spec).is_file():
-        return problem_from_file(Path(spec))
+def load_problem(which: str, suite_path: Path | None = None) -> Problem:
+    """Find a problem by number (`28`), name, id (`mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b`) or file."""
+    if which.endswith((".py", ".json")) and Path(which).is_file():
+        return problem_from_file(Path(which))
     problems = load_suite(suite_path)
-    matches = [p for p in problems if spec in (p.id, p.name, f"{p.number:02d}_{p.name}")
-               or (spec.isdigit() and int(spec) == p.number)]
+    matches = [p for p in problems if which in (p.id, p.name, f"{p.number:02d}_{p.name}")
+               or (which.isdigit() and int(which) == p.number)]
     if len(matches) != 1:
         known = ", ".join(f"{p.number}:{p.name}" for p in problems)
         reason = "is ambiguous" if matches else "is not in the suite"
-        raise ProblemError(f"problem '{spec}' {reason}; run `mkb list` (known: {known})")
+        raise ProblemError(f"problem '{which}' {reason}; run `mkb list` (known: {known})")
     return matches[0]

@@ -137,7 +137,7 @@ def check_work(problem) -> list[str]:
             if position < len(outputs) and outputs[position] is not inputs[index]:
                 faults.append(f"{where}: INPLACE says '{name}' is input {index}, but reference returns another tensor")
         for formula, value in (("flops", problem.flops(inputs)), ("bytes_moved", problem.bytes_moved(inputs, outputs))):
-            if not math.isfinite(value) or value < 0 or (formula == "bytes_moved" and value == 0):
+            if value is None or not math.isfinite(value) or value < 0 or (formula == "bytes_moved" and value == 0):
                 faults.append(f"{where}: {formula} returns {value}: count what a correct kernel must do "
                               f"({'positive' if formula == 'bytes_moved' else 'zero or more'})")
         if not any(isinstance(t, torch.Tensor) and t.numel() for t in outputs):

@@ -33,10 +33,11 @@ def task_statement(problem: Problem, dsl: str) -> str:
     reference_source = inspect.getsource(problem.module)
     sizes = ", ".join(problem.check_sizes("cuda"))
     signature = inspect.signature(problem.module.reference)
+    origin = problem.family if problem.source_model == "unknown" else f"{problem.family}, from {problem.source_model}"
     return "\n".join([
         f"# Task: {problem.summary}",
         "",
-        f"Problem {problem.number} ({problem.family}, from {problem.source_model}), to be written in {adapter.title}.",
+        f"Problem {problem.number} ({origin}), to be written in {adapter.title}.",
         "",
         "## Reference (PyTorch): its docstring states the semantics; its code defines inputs and exact numerics",
         "```python",
