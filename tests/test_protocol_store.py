@@ -11,7 +11,7 @@ from metakernelbench.store import Store, StoreError
 from metakernelbench.suite import load_suite
 from metakernelbench.task import task_statement
 
-PROBLEMS = ["attention/01_gqa_decode_paged", "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b", "moe/76_softmax_topk_router_renorm"]
+PROBLEMS = ["attention/01_gqa_paged_decode_h32_kv8_d128_ps1", "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b", "moe/76_softmax_topk_router_renorm"]
 
 
 def test_plan_has_every_arm_once_with_fixed_ids():

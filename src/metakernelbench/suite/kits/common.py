@@ -45,3 +45,11 @@ def batcher_network(n: int) -> list[tuple[int, int]]:
             k //= 2
         p *= 2
     return pairs
+
+
+def split_kv_slots(tokens: int, batch: int, chunk: int) -> int:
+    """Work slots of a split-KV grid over CSR sequences, sized on the host from shapes alone (kv_indices.numel() and
+    batch), so no host sync reads kv_indptr: chunk s of sequence b takes slot kv_indptr[b] // chunk + b + s. The
+    slots are distinct (sequence b+1's first slot lies kv_indptr[b+1] // chunk - kv_indptr[b] // chunk + 1 slots
+    after b's, at least b's ceil(len_b / chunk) chunks) and all below tokens // chunk + batch; a few stay empty."""
+    return tokens // chunk + batch

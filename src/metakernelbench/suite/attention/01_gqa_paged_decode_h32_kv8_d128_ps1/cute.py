@@ -1,17 +1,20 @@
-"""Split-K paged GQA decode on bf16 mma.sync: K/V rows gathered into fragments, fp32 online softmax, LSE merge."""
+"""Split-K paged GQA decode on bf16 mma.sync over CSR page lists: fp32 online softmax per chunk, base-2 LSE merge."""
 import functools
-import math
 
 import torch
 
 import cutlass
 import cutlass.cute as cute
 import cuda.bindings.driver as cuda
-from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+from metakernelbench.suite.kits.common import gpu_arch, split_kv_slots
+from metakernelbench.suite.kits.cute import compile_kernel, fake_ptr, gmem_ptr, stream_of
 
 THREADS = 128
 WARPS = THREADS // 32
 TILE = 16  # tokens per warp per iteration: two n-tiles of the QKᵀ mma, one k-tile of the PV mma
+SEARCH = 4  # kv_indptr entries per lane per round of the sequence search: 128 sequences per round trip
+CHUNKS = (128, 256)  # tokens per CTA: the two shape classes compiled per head configuration
 LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")
 _MMA = (
@@ -50,14 +53,15 @@ def _chunk_kernel(
     mQ: cute.Tensor,  # (4, D/8, Hq, B) int32 words = bf16 pairs
     mK: cute.Tensor,  # (4, D/8, Hkv, pages) int32 words
     mV: cute.Tensor,
-    mBT: cute.Tensor,  # (ctx, B)
-    mLen: cute.Tensor,  # (B,)
-    mOp: cute.Tensor,  # (D, S, Hq, B) fp32: chunk output, already normalised
-    mLse: cute.Tensor,  # (S, Hq, B) fp32: chunk log2-sum-exp2
+    mIndptr: cute.Tensor,  # (B + 1,)
+    mIdx: cute.Tensor,  # (tokens,)
+    mOp: cute.Tensor,  # (D, slots, Hq) fp32: chunk output, already normalised
+    mLse: cute.Tensor,  # (slots, Hq) fp32: chunk log2-sum-exp2
+    batch: cutlass.Int32,
+    sm_scale: cutlass.Float32,
     D: cutlass.Constexpr,
     G: cutlass.Constexpr,
     C: cutlass.Constexpr,
-    qscale: cutlass.Constexpr,
 ):
     # Warp-level layout (lane = 4g + t). S = Q·Kᵀ uses M = query heads (rows >= G are zero), N = 8 tokens,
     # K = head dims; the dims are permuted identically for Q and K so that every thread feeds the B operand
@@ -70,11 +74,12 @@ def _chunk_kernel(
     VI = D // 64
     STEP = WARPS * TILE
     tid, _, _ = cute.arch.thread_idx()
-    split, kvh, b = cute.arch.block_idx()
+    slot, kvh, _ = cute.arch.block_idx()
     warp = tid // 32
     lane = tid % 32
     g = lane // 4
     t = lane % 4
+    qscale = sm_scale * LOG2E  # scores in the log2 domain so the softmax uses ex2
 
     sPage = cute.make_tensor(cute.arch.alloc_smem(cutlass.Int32, C, 16), cute.make_layout(C))
     sAcc = cute.make_tensor(
@@ -84,17 +89,27 @@ def _chunk_kernel(
     sM = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, G * WARPS, 16), cute.make_layout((G, WARPS)))
     sL = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, G * WARPS, 16), cute.make_layout((G, WARPS)))
 
-    seq_len = mLen[b]
-    start = split * C
-    if start < seq_len:
+    # The slot's sequence b is the last whose first slot kv_indptr[b] // C + b (see split_kv_slots) is <= slot:
+    # every warp counts those sequences by ballots, the same count in every lane, so no barrier is needed.
+    count = cutlass.Int32(0)
+    for base in range(0, batch, 32 * SEARCH):
+        for u in cutlass.range_constexpr(SEARCH):
+            i = base + 32 * u + lane
+            first_slot = mIndptr[cutlass.min(i, batch - 1)] // C + i
+            count = count + cute.arch.popc(cute.arch.vote_ballot_sync((i < batch) & (first_slot <= slot)))
+    b = count - 1
+    kv_start = mIndptr[b]
+    seq_len = mIndptr[b + 1] - kv_start
+    start = (slot - (kv_start // C + b)) * C
+    if start < seq_len:  # past the sequence's last chunk: an empty slot
         n = cutlass.min(seq_len - start, C)
         # Stage this chunk's page ids once; slots past the sequence end reuse its first page (their scores are
-        # masked), so the K/V loads below need no branches and padding entries of block_table are never read.
-        first = mBT[start, b]
+        # masked), so the K/V loads below need no branches and no other sequence's entry is read.
+        first = mIdx[kv_start + start]
         for i in range(tid, C, THREADS):
             page = first
             if i < n:
-                page = mBT[start + i, b]
+                page = mIdx[kv_start + start + i]
             sPage[i] = page
         cute.arch.sync_threads()
 
@@ -204,26 +219,31 @@ def _chunk_kernel(
                 wgt = cute.arch.exp2(sM[h, j] - m)
                 lsum = lsum + sL[h, j] * wgt
                 acc = acc + sAcc[d % 8, d // 8, h, j] * wgt
-            mOp[d, split, kvh * G + h, b] = acc / lsum
+            mOp[d, slot, kvh * G + h] = acc / lsum
             if d == 0:
-                mLse[split, kvh * G + h, b] = m + cute.math.log2(lsum)
+                mLse[slot, kvh * G + h] = m + cute.math.log2(lsum)
 
 
 @cute.kernel
-def _merge_kernel(mOp: cute.Tensor, mLse: cute.Tensor, mLen: cute.Tensor, mO: cute.Tensor, C: cutlass.Constexpr):
+def _merge_kernel(mOp: cute.Tensor, mLse: cute.Tensor, mIndptr: cute.Tensor, mO: cute.Tensor, mLseOut: cute.Tensor,
+                  C: cutlass.Constexpr):
     d, _, _ = cute.arch.thread_idx()
     hq, b, _ = cute.arch.block_idx()
-    splits = (mLen[b] + C - 1) // C
+    kv_start = mIndptr[b]
+    first = kv_start // C + b  # the sequence's chunks fill slots first, first + 1, ... (split_kv_slots)
+    splits = (mIndptr[b + 1] - kv_start + C - 1) // C
     m = cutlass.Float32(NEG_INF)
     for s in range(splits):
-        m = cute.arch.fmax(m, mLse[s, hq, b])
+        m = cute.arch.fmax(m, mLse[first + s, hq])
     l = cutlass.Float32(0.0)
     acc = cutlass.Float32(0.0)
     for s in range(splits):
-        w = cute.arch.exp2(mLse[s, hq, b] - m)
+        w = cute.arch.exp2(mLse[first + s, hq] - m)
         l = l + w
-        acc = acc + w * mOp[d, s, hq, b]
+        acc = acc + w * mOp[d, first + s, hq]
     mO[d, hq, b] = (acc / l).to(mO.element_type)
+    if d == 0:
+        mLseOut[hq, b] = m + cute.math.log2(l)
 
 
 @cute.jit
@@ -231,96 +251,86 @@ def _decode(
     pQ: cute.Pointer,
     pK: cute.Pointer,
     pV: cute.Pointer,
-    pBT: cute.Pointer,
-    pLen: cute.Pointer,
+    pIndptr: cute.Pointer,
+    pIdx: cute.Pointer,
     pOp: cute.Pointer,
     pLse: cute.Pointer,
     pO: cute.Pointer,
+    pLseOut: cute.Pointer,
     batch: cutlass.Int32,
+    tokens: cutlass.Int32,
     pages: cutlass.Int32,
-    stream: cuda.CUstream,
+    slots: cutlass.Int32,
+    sm_scale: cutlass.Float32,
     Hq: cutlass.Constexpr,
     Hkv: cutlass.Constexpr,
     D: cutlass.Constexpr,
-    ctx: cutlass.Constexpr,
     C: cutlass.Constexpr,
+    stream: cuda.CUstream,
 ):
-    S = (ctx + C - 1) // C
     w = D // 2  # int32 words per row
     mQ = cute.make_tensor(pQ, cute.make_layout((4, D // 8, Hq, batch), stride=(1, 4, w, Hq * w)))
     mK = cute.make_tensor(pK, cute.make_layout((4, D // 8, Hkv, pages), stride=(1, 4, w, Hkv * w)))
     mV = cute.make_tensor(pV, cute.make_layout((4, D // 8, Hkv, pages), stride=(1, 4, w, Hkv * w)))
-    mBT = cute.make_tensor(pBT, cute.make_layout((ctx, batch), stride=(1, ctx)))
-    mLen = cute.make_tensor(pLen, cute.make_layout((batch,)))
-    mOp = cute.make_tensor(pOp, cute.make_layout((D, S, Hq, batch), stride=(1, D, S * D, Hq * S * D)))
-    mLse = cute.make_tensor(pLse, cute.make_layout((S, Hq, batch), stride=(1, S, Hq * S)))
+    mIndptr = cute.make_tensor(pIndptr, cute.make_layout((batch + 1,)))
+    mIdx = cute.make_tensor(pIdx, cute.make_layout((tokens,)))
+    mOp = cute.make_tensor(pOp, cute.make_layout((D, slots, Hq), stride=(1, Hq * D, D)))
+    mLse = cute.make_tensor(pLse, cute.make_layout((slots, Hq), stride=(Hq, 1)))
     mO = cute.make_tensor(pO, cute.make_layout((D, Hq, batch), stride=(1, D, Hq * D)))
-    qscale = LOG2E / math.sqrt(D)  # scores in the log2 domain so the softmax uses ex2
-    _chunk_kernel(mQ, mK, mV, mBT, mLen, mOp, mLse, D, Hq // Hkv, C, qscale).launch(
-        grid=(S, Hkv, batch), block=(THREADS, 1, 1), stream=stream
+    mLseOut = cute.make_tensor(pLseOut, cute.make_layout((Hq, batch), stride=(1, Hq)))
+    _chunk_kernel(mQ, mK, mV, mIndptr, mIdx, mOp, mLse, batch, sm_scale, D, Hq // Hkv, C).launch(
+        grid=(slots, Hkv, 1), block=(THREADS, 1, 1), stream=stream
     )
-    _merge_kernel(mOp, mLse, mLen, mO, C).launch(grid=(Hq, batch, 1), block=(D, 1, 1), stream=stream)
+    _merge_kernel(mOp, mLse, mIndptr, mO, mLseOut, C).launch(grid=(Hq, batch, 1), block=(D, 1, 1), stream=stream)
 
 
-def _chunk_len(batch, kv_heads, ctx):
+def _chunk_len(tokens, batch, kv_heads):
     """Tokens per CTA: 256 keeps the partial-output traffic small; 128 when that leaves too few CTAs."""
-    return 256 if batch * kv_heads * -(-ctx // 256) >= 1024 else 128
+    return 256 if kv_heads * split_kv_slots(tokens, batch, 256) >= 1024 else 128
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled(q_heads, kv_heads, head_dim, ctx, chunk, arch):
+@functools.cache
+def _compiled(q_heads, kv_heads, head_dim, chunk, arch):
     if head_dim % 64 or q_heads % kv_heads or q_heads // kv_heads > 8 or chunk % (WARPS * TILE):
-        raise ValueError(f"unsupported head_dim={head_dim}, q_heads={q_heads}, kv_heads={kv_heads}")
-
-    def ptr(t, align):
-        return make_ptr(t, 0, cute.AddressSpace.gmem, assumed_align=align)
-
-    return cute.compile(
-        _decode,
-        ptr(cutlass.Int32, 16), ptr(cutlass.Int32, 16), ptr(cutlass.Int32, 16), ptr(cutlass.Int32, 4),
-        ptr(cutlass.Int32, 4), ptr(cutlass.Float32, 16), ptr(cutlass.Float32, 4), ptr(cutlass.BFloat16, 16),
-        cutlass.Int32(1), cutlass.Int32(1), make_fake_stream(),
-        q_heads, kv_heads, head_dim, ctx, chunk,
-        options=f"--gpu-arch {arch}",
+        raise ValueError(f"gqa decode cute: unsupported head_dim={head_dim}, q_heads={q_heads}, kv_heads={kv_heads}")
+    words = fake_ptr(torch.int32, 16)
+    return compile_kernel(
+        _decode, words, words, words, fake_ptr(torch.int32, 4), fake_ptr(torch.int32, 4),
+        fake_ptr(torch.float32, 16), fake_ptr(torch.float32, 4), fake_ptr(torch.bfloat16, 16),
+        fake_ptr(torch.float32, 4), cutlass.Int32(1), cutlass.Int32(1), cutlass.Int32(1), cutlass.Int32(1),
+        cutlass.Float32(1.0), q_heads, kv_heads, head_dim, chunk, arch=arch,
     )
 
 
-@functools.lru_cache(maxsize=None)
-def _arch(device):
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-
-
-def _ptr(t, dtype, align):
-    if not t.is_contiguous() or t.data_ptr() % align:
-        raise ValueError(f"expected a contiguous tensor aligned to {align} bytes, got shape {tuple(t.shape)}")
-    return make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
-
-
-def solve(q, k_cache, v_cache, block_table, seq_lens):
+def solve(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
     if not q.dtype == k_cache.dtype == v_cache.dtype == torch.bfloat16:
-        raise ValueError("q, k_cache and v_cache must be bfloat16")
+        raise TypeError("gqa decode cute: q, k_cache and v_cache must be bfloat16")
+    if not kv_indptr.dtype == kv_indices.dtype == torch.int32:
+        raise TypeError("gqa decode cute: kv_indptr and kv_indices must be int32")
+    if k_cache.shape[1] != 1 or not all(t.is_contiguous() for t in (q, k_cache, v_cache, kv_indptr, kv_indices)):
+        raise ValueError("gqa decode cute: needs page size 1 and contiguous q, caches and index tensors")
     batch, q_heads, d = q.shape
-    pages, kv_heads, _ = k_cache.shape
-    ctx = block_table.shape[1]
-    chunk = _chunk_len(batch, kv_heads, ctx)
-    splits = -(-ctx // chunk)
-    o_part = torch.empty((batch, q_heads, splits, d), dtype=torch.float32, device=q.device)
-    lse = torch.empty((batch, q_heads, splits), dtype=torch.float32, device=q.device)
+    pages, _, kv_heads, _ = k_cache.shape
+    tokens = kv_indices.numel()
+    chunk = _chunk_len(tokens, batch, kv_heads)
+    slots = split_kv_slots(tokens, batch, chunk)
+    o_part = torch.empty((slots, q_heads, d), dtype=torch.float32, device=q.device)
+    lse_part = torch.empty((slots, q_heads), dtype=torch.float32, device=q.device)
     o = torch.empty_like(q)
-    kernel = _compiled(q_heads, kv_heads, d, ctx, chunk, _arch(q.device))
-    # q and the caches are passed as int32 words (bf16 pairs): the mma fragments are built from raw words.
+    lse = torch.empty((batch, q_heads), dtype=torch.float32, device=q.device)
+    kernel = _compiled(q_heads, kv_heads, d, chunk, gpu_arch(q.device))
+    # q and the caches go in as int32 words (bf16 pairs): the mma fragments are built from raw words.
     kernel(
-        _ptr(q, cutlass.Int32, 16), _ptr(k_cache, cutlass.Int32, 16), _ptr(v_cache, cutlass.Int32, 16),
-        _ptr(block_table.to(torch.int32), cutlass.Int32, 4), _ptr(seq_lens.to(torch.int32), cutlass.Int32, 4),
-        _ptr(o_part, cutlass.Float32, 16), _ptr(lse, cutlass.Float32, 4), _ptr(o, cutlass.BFloat16, 16),
-        batch, pages, cuda.CUstream(torch.cuda.current_stream(q.device).cuda_stream),
+        gmem_ptr(q.view(torch.int32), 16), gmem_ptr(k_cache.view(torch.int32), 16),
+        gmem_ptr(v_cache.view(torch.int32), 16), gmem_ptr(kv_indptr, 4), gmem_ptr(kv_indices, 4),
+        gmem_ptr(o_part, 16), gmem_ptr(lse_part, 4), gmem_ptr(o, 16), gmem_ptr(lse, 4),
+        batch, tokens, pages, slots, sm_scale, stream_of(q),
     )
-    return o
+    return o, lse
 
 
 def compile_for(arch: str, sizes: list[dict]) -> None:
-    """Compile the decode kernels for every GPU size."""
-    for s in sizes:
-        _compiled(s["q_heads"], s["kv_heads"], s["head_dim"], s["max_context"],
-                  _chunk_len(s["batch"], s["kv_heads"], s["max_context"]), arch)
+    """Both chunk lengths for every head configuration: batch, token and page counts are dynamic."""
+    for heads in {(s["q_heads"], s["kv_heads"], s["head_dim"]) for s in sizes}:
+        for chunk in CHUNKS:
+            _compiled(*heads, chunk, arch)
