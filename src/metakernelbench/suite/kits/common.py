@@ -53,3 +53,9 @@ def split_kv_slots(tokens: int, batch: int, chunk: int) -> int:
     slots are distinct (sequence b+1's first slot lies kv_indptr[b+1] // chunk - kv_indptr[b] // chunk + 1 slots
     after b's, at least b's ceil(len_b / chunk) chunks) and all below tokens // chunk + batch; a few stay empty."""
     return tokens // chunk + batch
+
+
+def gathered_rows(seq_lens: torch.Tensor) -> int:
+    """Rows of a gather that stacks requests of seq_lens[r] tokens: the output's shape depends on device data, so
+    such a solve must wait for it once; a copy of the lengths to the host, no kernel."""
+    return int(seq_lens.cpu().long().sum())

@@ -73,3 +73,18 @@ def lanes_sum(value: cutlass.Float32, lanes: cutlass.Constexpr) -> cutlass.Float
     for k in cutlass.range_constexpr(lanes.bit_length() - 1):
         value = value + cute.arch.shuffle_sync_bfly(value, offset=lanes >> (k + 1))
     return value
+
+
+@cute.jit
+def request_of(seq_lens: cute.Tensor, row: cutlass.Int32):
+    """(request, its first row) for `row` of a gather stacking requests of seq_lens[r] rows in order: a scan over
+    the lengths, which a CTA's threads read from the same few cache lines; requests of no rows are skipped."""
+    request = cutlass.Int32(0)
+    start = cutlass.Int32(0)
+    end = cutlass.Int32(0)
+    for r in cutlass.range(seq_lens.shape[0]):
+        end = end + seq_lens[r]
+        if end <= row:
+            request = request + 1
+            start = end
+    return request, start
