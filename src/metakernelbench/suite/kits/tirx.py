@@ -58,3 +58,15 @@ def e4m3_bits(y):
     normal = ((ab + T.uint32(0x7FFFF) + ((ab >> T.uint32(20)) & T.uint32(1))) >> T.uint32(20)) - T.uint32(120 << 3)
     code = T.if_then_else(ab >= T.uint32(121 << 23), normal, sub)
     return T.Cast("uint8", code | ((bits >> T.uint32(24)) & T.uint32(0x80)))
+
+
+def e4m3_value(bits):
+    """fp32 value of an e4m3fn bit pattern (uint8), exact: the llvm target's own fp8 cast reads zero and the
+    subnormals wrong. Normals rebias the exponent from 7 to 127; subnormals are k * 2**-9; 0x7F/0xFF are NaN."""
+    b = T.Cast("uint32", bits)
+    magnitude = b & T.uint32(0x7F)
+    normal = T.reinterpret((magnitude + T.uint32(120 << 3)) << T.uint32(20), ty="float32")
+    subnormal = T.Cast("float32", magnitude) * T.float32(2.0**-9)
+    value = T.if_then_else(magnitude >= T.uint32(8), normal, subnormal)
+    signed = T.reinterpret(T.reinterpret(value, ty="uint32") | ((b & T.uint32(0x80)) << T.uint32(24)), ty="float32")
+    return T.if_then_else(magnitude == T.uint32(0x7F), T.reinterpret(T.uint32(0x7FC00000), ty="float32"), signed)

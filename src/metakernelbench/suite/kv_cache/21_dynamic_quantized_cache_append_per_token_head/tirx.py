@@ -5,8 +5,9 @@ import torch
 from tvm_tirx.script import tirx as T
 
 from metakernelbench.suite.kits.common import gpu_arch, require_int32_indexing
-from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cuda, fp32, nvcc_build
+from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cpu, build_cuda, e4m3_bits, fp32, nvcc_build
 
+CPU_PATH = True
 FP8_MAX = 448.0
 MIN_SCALE = 1e-6
 _THREADS = 256
@@ -84,9 +85,49 @@ def _kernel(heads, head_dim):
     return quantized_cache_append
 
 
+def _cpu_kernel(heads, head_dim):
+    """Host (llvm) kernel: one parallel iteration per (token, head); codes are written as e4m3 bit patterns."""
+    min_scale = fp32(MIN_SCALE)
+    n = T.dynamic("n")
+    slots = T.dynamic("slots")
+
+    @T.function
+    def quantized_cache_append_cpu(
+        key: T.Tensor((n, heads, head_dim), T.bfloat16),
+        value: T.Tensor((n, heads, head_dim), T.bfloat16),
+        slot_mapping: T.Tensor((n,), T.int64),
+        key_cache: T.Tensor((slots, heads, head_dim), T.uint8),
+        value_cache: T.Tensor((slots, heads, head_dim), T.uint8),
+        k_scale_cache: T.Tensor((slots, heads), T.float32),
+        v_scale_cache: T.Tensor((slots, heads), T.float32),
+    ):
+        for row in T.parallel(n * heads):
+            t = row // heads
+            h = row % heads
+            s = slot_mapping[t]
+            if s >= T.int64(0):
+                st = T.alloc_local((4,), T.float32)  # key amax, value amax, then their reciprocal scales
+                st[0] = T.float32(0)
+                st[1] = T.float32(0)
+                for d in range(head_dim):
+                    st[0] = T.max(st[0], T.abs(T.float32(key[t, h, d])))
+                    st[1] = T.max(st[1], T.abs(T.float32(value[t, h, d])))
+                k_scale_cache[s, h] = T.max(st[0] / T.float32(FP8_MAX), T.float32(min_scale))
+                v_scale_cache[s, h] = T.max(st[1] / T.float32(FP8_MAX), T.float32(min_scale))
+                st[2] = T.float32(1.0) / k_scale_cache[s, h]
+                st[3] = T.float32(1.0) / v_scale_cache[s, h]
+                for d in range(head_dim):
+                    key_cache[s, h, d] = e4m3_bits(
+                        T.min(T.max(T.float32(key[t, h, d]) * st[2], T.float32(-FP8_MAX)), T.float32(FP8_MAX)))
+                    value_cache[s, h, d] = e4m3_bits(
+                        T.min(T.max(T.float32(value[t, h, d]) * st[3], T.float32(-FP8_MAX)), T.float32(FP8_MAX)))
+
+    return quantized_cache_append_cpu
+
+
 @functools.cache
 def _compiled(heads, head_dim, arch):
-    return build_cuda(_kernel(heads, head_dim), arch)
+    return build_cuda(_kernel(heads, head_dim), arch) if arch else build_cpu(_cpu_kernel(heads, head_dim))
 
 
 def solve(key, value, slot_mapping, key_cache, value_cache, k_scale_cache, v_scale_cache):
@@ -103,8 +144,9 @@ def solve(key, value, slot_mapping, key_cache, value_cache, k_scale_cache, v_sca
         return key_cache, value_cache, k_scale_cache, v_scale_cache
     key, value, slots = key.contiguous(), value.contiguous(), slot_mapping.to(torch.int64).contiguous()
     require_int32_indexing(key)
-    codes = torch.float8_e4m3fn  # the uint8 caches hold e4m3 bit patterns: the kernel writes them as e4m3
-    _compiled(heads, head_dim, gpu_arch(key.device))(
+    # The uint8 caches hold e4m3 bit patterns: the device kernel writes them as e4m3, the host kernel as bytes.
+    codes = torch.float8_e4m3fn if key.is_cuda else torch.uint8
+    _compiled(heads, head_dim, gpu_arch(key.device) if key.is_cuda else None)(
         key, value, slots, key_cache.view(codes).view(-1, heads, head_dim),
         value_cache.view(codes).view(-1, heads, head_dim), k_scale_cache.view(-1, heads),
         v_scale_cache.view(-1, heads))

@@ -5,8 +5,9 @@ import torch
 from tvm_tirx.script import tirx as T
 
 from metakernelbench.suite.kits.common import gathered_rows, gpu_arch, require_int32_indexing
-from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cuda, nvcc_build
+from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cpu, build_cuda, e4m3_value, nvcc_build
 
+CPU_PATH = True
 _THREADS = 256
 _CODES = 16  # e4m3 codes per thread: one 16-byte load
 _OUT_VEC = 4  # fp32 per 16-byte store
@@ -59,9 +60,42 @@ def _kernel(entry, block_size):
     return mla_cache_gather
 
 
+def _cpu_kernel(entry, block_size):
+    """Host (llvm) kernel: one parallel iteration per output row; codes are decoded from their bits."""
+    rows = T.dynamic("rows")
+    slots = T.dynamic("slots")
+    requests = T.dynamic("requests")
+    width = T.dynamic("width")
+
+    @T.function
+    def mla_cache_gather_cpu(
+        cache: T.Tensor((slots, entry), T.uint8),
+        block_table: T.Tensor((requests, width), T.int32),
+        seq_lens: T.Tensor((requests,), T.int32),
+        scale: T.float32,
+        out: T.Tensor((rows, entry), T.float32),
+    ):
+        for row in T.parallel(rows):
+            st = T.alloc_local((3,), T.int32)  # request, its first row, the running end
+            st[0] = 0
+            st[1] = 0
+            st[2] = 0
+            for r in range(requests):
+                st[2] = st[2] + seq_lens[r]
+                if st[2] <= row:
+                    st[0] = st[0] + 1
+                    st[1] = st[2]
+            position = row - st[1]
+            slot = T.Cast("int64", block_table[st[0], position // block_size]) * block_size + position % block_size
+            for c in range(entry):
+                out[row, c] = e4m3_value(cache[slot, c]) * scale
+
+    return mla_cache_gather_cpu
+
+
 @functools.cache
 def _compiled(entry, block_size, arch):
-    return build_cuda(_kernel(entry, block_size), arch)
+    return build_cuda(_kernel(entry, block_size), arch) if arch else build_cpu(_cpu_kernel(entry, block_size))
 
 
 def solve(src_cache, block_table, seq_lens, scale):
@@ -74,10 +108,13 @@ def solve(src_cache, block_table, seq_lens, scale):
     out = torch.empty((rows, entry), dtype=torch.float32, device=src_cache.device)
     if rows == 0:
         return out
-    cache = src_cache.contiguous().view(torch.float8_e4m3fn).view(num_blocks * block_size, entry)
+    cache = src_cache.contiguous().view(num_blocks * block_size, entry)
     require_int32_indexing(out)
-    _compiled(entry, block_size, gpu_arch(cache.device))(cache, block_table.contiguous(), seq_lens.contiguous(),
-                                                         float(scale), out)
+    if cache.is_cuda:  # the device kernel reads the bytes as e4m3, the host kernel decodes them itself
+        cache, arch = cache.view(torch.float8_e4m3fn), gpu_arch(cache.device)
+    else:
+        arch = None
+    _compiled(entry, block_size, arch)(cache, block_table.contiguous(), seq_lens.contiguous(), float(scale), out)
     return out
 
 

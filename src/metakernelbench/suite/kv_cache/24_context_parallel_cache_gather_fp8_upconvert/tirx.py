@@ -9,8 +9,9 @@ import torch
 from tvm_tirx.script import tirx as T
 
 from metakernelbench.suite.kits.common import gathered_rows, gpu_arch, require_int32_indexing
-from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cuda, nvcc_build
+from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cpu, build_cuda, e4m3_value, nvcc_build
 
+CPU_PATH = True
 NOPE_DIM = 512
 ROPE_DIM = 64
 GROUP_SIZE = 128
@@ -73,9 +74,48 @@ def _kernel(block_size):
     return cp_gather_upconvert
 
 
+def _cpu_kernel(block_size):
+    """Host (llvm) kernel: one parallel iteration per output row; codes are decoded from their bits and the rope
+    moves as 16-bit integers (bit for bit)."""
+    rows = T.dynamic("rows")
+    slots = T.dynamic("slots")
+    requests = T.dynamic("requests")
+    width = T.dynamic("width")
+    out_width = NOPE_DIM + ROPE_DIM
+
+    @T.function
+    def cp_gather_upconvert_cpu(
+        codes: T.Tensor((slots, ENTRY_BYTES), T.uint8),
+        scales: T.Tensor((slots, ENTRY_BYTES // 4), T.float32),
+        rope: T.Tensor((slots, ENTRY_BYTES // 2), T.int16),
+        block_table: T.Tensor((requests, width), T.int32),
+        seq_lens: T.Tensor((requests,), T.int32),
+        out: T.Tensor((rows, out_width), T.bfloat16),
+        out_bits: T.Tensor((rows, out_width), T.int16),
+    ):
+        for row in T.parallel(rows):
+            st = T.alloc_local((3,), T.int32)  # request, its first row, the running end
+            st[0] = 0
+            st[1] = 0
+            st[2] = 0
+            for r in range(requests):
+                st[2] = st[2] + seq_lens[r]
+                if st[2] <= row:
+                    st[0] = st[0] + 1
+                    st[1] = st[2]
+            position = row - st[1]
+            slot = T.Cast("int64", block_table[st[0], position // block_size]) * block_size + position % block_size
+            for i in range(NOPE_DIM):
+                out[row, i] = T.bfloat16(e4m3_value(codes[slot, i]) * scales[slot, SCALES_AT + i // GROUP_SIZE])
+            for i in range(ROPE_DIM):
+                out_bits[row, NOPE_DIM + i] = rope[slot, ROPE_AT + i]
+
+    return cp_gather_upconvert_cpu
+
+
 @functools.cache
 def _compiled(block_size, arch):
-    return build_cuda(_kernel(block_size), arch)
+    return build_cuda(_kernel(block_size), arch) if arch else build_cpu(_cpu_kernel(block_size))
 
 
 def solve(cache, block_table, seq_lens):
@@ -91,9 +131,14 @@ def solve(cache, block_table, seq_lens):
     entries = cache.contiguous().view(num_blocks * block_size, ENTRY_BYTES)
     require_int32_indexing(out)
     # Three views of the same bytes: e4m3 codes, fp32 scale words, bf16 rope halves (656 = 41 x 16 bytes).
-    _compiled(block_size, gpu_arch(cache.device))(
-        entries.view(torch.float8_e4m3fn), entries.view(torch.float32), entries.view(torch.bfloat16),
-        block_table.contiguous(), seq_lens.contiguous(), out)
+    table, lens = block_table.contiguous(), seq_lens.contiguous()
+    if cache.is_cuda:
+        _compiled(block_size, gpu_arch(cache.device))(
+            entries.view(torch.float8_e4m3fn), entries.view(torch.float32), entries.view(torch.bfloat16), table,
+            lens, out)
+    else:
+        _compiled(block_size, None)(entries, entries.view(torch.float32), entries.view(torch.int16), table, lens,
+                                    out, out.view(torch.int16))
     return out
 
 
