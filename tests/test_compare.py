@@ -69,3 +69,28 @@ def test_fp8_rule_allows_one_step_not_two():
     two_up = torch.nextafter(one_up.float(), torch.full_like(q32, 1e9)).to(torch.float8_e4m3fn)
     two_up = torch.where(q32.abs() < 400, (q32 + 2.5 * e4m3_step(q32.abs()) * q32.sign()), q32).to(torch.float8_e4m3fn)
     assert not check_fp8_dequant("q", two_up, s, q, s, 128).passed
+
+
+def test_fp8_rule_reads_uint8_caches_as_e4m3_and_keeps_their_nan_bytes():
+    """A uint8 cache holds e4m3 bit patterns, one scale per (token, head) row; slots nothing writes hold arbitrary
+    bytes, NaN codes among them, which must come back unchanged (and must not make the check pass vacuously)."""
+    gen = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 256, (4, 8, 128), generator=gen, dtype=torch.uint8)
+    codes[codes == 0x7F] = 0x7E  # no NaN among the written codes
+    codes[codes == 0xFF] = 0xFE
+    codes[0, 0, :3] = torch.tensor([0x7F, 0xFF, 0x7F], dtype=torch.uint8)  # untouched NaN bytes
+    scales = torch.rand((4, 8), generator=gen) + 0.1
+    assert check_fp8_dequant("cache", codes.clone(), scales, codes, scales, 128).passed
+    one_step = codes.clone()
+    one_step[1, 2, 5] += 1 if one_step[1, 2, 5] % 0x80 < 0x7E else -1
+    assert check_fp8_dequant("cache", one_step, scales, codes, scales, 128).passed
+    far = codes.clone()
+    far[1, 2, 5] = (far[1, 2, 5] & 0x80) | ((far[1, 2, 5] & 0x7F) ^ 0x40)
+    assert not check_fp8_dequant("cache", far, scales, codes, scales, 128).passed
+    changed_nan = codes.clone()
+    changed_nan[0, 0, 1] = 0x01
+    verdict = check_fp8_dequant("cache", changed_nan, scales, codes, scales, 128)
+    assert not verdict.passed and "NaN codes of the reference were changed" in verdict.reason
+    written_nan = codes.clone()
+    written_nan[2, 3, 4] = 0x7F
+    assert not check_fp8_dequant("cache", written_nan, scales, codes, scales, 128).passed

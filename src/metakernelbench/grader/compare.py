@@ -96,14 +96,24 @@ def check_fp8_dequant(name: str, got: torch.Tensor, got_scales: torch.Tensor, re
         return bad
     if tuple(got_scales.shape) != tuple(ref_scales.shape):
         return OutputCheck(name, "fp8_dequant", False, float("inf"), 0.0, "scales have the wrong shape")
-    q = got.to(torch.float64)
-    if not torch.isfinite(q).all():
+    if got.dtype == torch.uint8:  # e4m3 codes stored as their bit patterns (a uint8 cache)
+        got, ref_q = got.view(torch.float8_e4m3fn), ref_q.view(torch.float8_e4m3fn)
+    q, q_ref = got.to(torch.float64), ref_q.to(torch.float64)
+    # Where the reference holds NaN codes (arbitrary bytes of cache slots nothing writes) the bytes must be kept.
+    kept = torch.isnan(q_ref)
+    if not torch.equal(got.view(torch.uint8)[kept], ref_q.view(torch.uint8)[kept]):
+        return OutputCheck(name, "fp8_dequant", False, float("inf"), 0.0, "NaN codes of the reference were changed")
+    if not torch.isfinite(q[~kept]).all():
         return OutputCheck(name, "fp8_dequant", False, float("inf"), 0.0, "NaN in quantised output")
-    expand = lambda s: s.to(torch.float64).repeat_interleave(group, dim=-1)[..., : q.shape[-1]]  # noqa: E731
-    q_ref = ref_q.to(torch.float64)
+
+    def expand(scales):
+        """One scale per `group` codes along the last axis; scales one axis short cover the whole last axis."""
+        scales = scales.unsqueeze(-1) if scales.dim() == q.dim() - 1 else scales
+        return scales.to(torch.float64).repeat_interleave(group, dim=-1)[..., : q.shape[-1]]
+
     deq, deq_ref = q * expand(got_scales), q_ref * expand(ref_scales)
     budget = e4m3_step(q_ref.abs()) * expand(ref_scales) * 1.0001
-    excess = (deq - deq_ref).abs() - budget
+    excess = ((deq - deq_ref).abs() - budget).masked_fill(kept, 0.0)
     worst = int(excess.argmax())
     if float(excess.flatten()[worst]) > 0:
         count = int((excess > 0).sum())
