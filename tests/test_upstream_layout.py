@@ -11,6 +11,7 @@ import torch
 
 from metakernelbench.grader import Grader, GraderConfig
 from metakernelbench.suite import ProblemError, load_problem, load_suite
+from metakernelbench.suite.audit import audit_problem
 from metakernelbench.task import task_statement
 
 UPSTREAM = Path(__file__).resolve().parent / "upstream_layout"
@@ -23,11 +24,14 @@ def mkb(*args):
 
 
 def test_modules_are_found_recursively_with_number_family_and_in_place_outputs():
-    copy, rms = load_suite(PROBLEMS)
+    copy, tables, rms = load_suite(PROBLEMS)
     assert (copy.id, rms.id) == ("kv_cache/25_block_copy_demo_fp32", "mlp_norm/28_rms_scale_h256_demo_fp32")
     assert copy.published_layout and copy.outputs == ("output0", "output1")
     assert copy.inplace == {"output0": 1, "output1": 2}
     assert rms.outputs == ("output0",) and rms.inplace == {}
+    # returned through aliases (`tables = [t0, t1]`, `counts = num_blocks`) and checked against the objects returned
+    assert tables.inplace == {"output0": 0, "output1": 1, "output2": 2}
+    assert all(row.passed for row in audit_problem(tables, "cpu"))
     assert task_statement(copy, "tirx").splitlines()[2].startswith("Problem 25 (kv_cache")
 
 
@@ -63,3 +67,13 @@ def test_an_honest_in_place_kernel_passes_without_false_rejection():
     assert verdict.roofline["floor_ms"] is None and "declares no bytes_moved" in verdict.roofline["note"]
     assert len(verdict.draws) >= 5
     json.dumps(verdict.to_dict())
+
+
+def test_the_audit_catches_an_undeclared_in_place_output(tmp_path):
+    module = tmp_path / "kv_cache" / "25_silent_inplace_fp32.py"
+    module.parent.mkdir()
+    module.write_text((PROBLEMS / "kv_cache" / "25_block_copy_demo_fp32.py").read_text()
+                      + "\nINPLACE = {}  # wrong: the reference returns dst_k and dst_v\n")
+    rows = audit_problem(load_problem(str(module)), "cpu")
+    bad = [row for row in rows if not row.passed]
+    assert bad and "declare INPLACE to match" in bad[0].reason

@@ -38,9 +38,15 @@ def audit_problem(problem: Problem, device: str = "cpu", seeds: tuple[int, int] 
     for size in sizes:
         runs = []
         for seed in seeds:
-            inputs = problem.make_inputs(seed, device, size)
-            runs.append(problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]))
+            inputs = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in problem.make_inputs(seed, device,
+                                                                                                     size))
+            runs.append(problem.reference(*inputs))
         names = list(problem.outputs) or [f"output{i}" for i in range(len(runs[0]))]
+        returned = {names[i]: j for i, out in enumerate(runs[-1]) for j, t in enumerate(inputs) if out is t}
+        if returned != problem.inplace:
+            results.append(OutputAudit(problem.id, size, "in-place outputs", 1.0, 0, 0.0, False,
+                                       f"the reference returns inputs as outputs {returned}, but the problem's "
+                                       f"in-place outputs are {problem.inplace}: declare INPLACE to match"))
         for name, a, b in zip(names, runs[0], runs[1]):
             a, b = _as_comparable(a), _as_comparable(b)
             changed = float((a != b).double().mean()) if a.shape == b.shape else 1.0

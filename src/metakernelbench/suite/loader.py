@@ -138,22 +138,39 @@ def _load_module(path: Path) -> ModuleType:
 
 def _returned_parameters(module: ModuleType) -> tuple[int, dict[str, int]]:
     """(number of outputs, in-place outputs) of a module that declares neither, read from its reference's `return`
-    statements: a returned parameter (upstream returns its updated caches so) is an in-place output. (0, {}) when the
-    returns are not literal tuples or names."""
+    statements: a returned parameter (upstream returns its updated caches so) is an in-place output, also through
+    plain aliases (`counts = num_blocks`, `tables = [t0, t1]` then `tables[0]`). (0, {}) when the returns are not
+    literal tuples or names; `mkb audit` checks the inference against the reference's returned objects."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(module.reference)))
     except (OSError, TypeError, SyntaxError):
         return 0, {}
     params = list(inspect.signature(module.reference).parameters)
+    aliases: dict[str, object] = {name: name for name in params}  # name -> parameter, or list of parameters
+
+    def resolve(node):
+        if isinstance(node, ast.Name):
+            return aliases.get(node.id)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [resolve(item) for item in node.elts]
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            seq = resolve(node.value)
+            index = node.slice.value
+            return seq[index] if isinstance(seq, list) and isinstance(index, int) and -len(seq) <= index < len(seq) \
+                else None
+        return None
+
     shapes = []
     for node in ast.walk(tree.body[0]):
-        if isinstance(node, ast.Return) and node.value is not None:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            aliases[node.targets[0].id] = resolve(node.value)
+        elif isinstance(node, ast.Return) and node.value is not None:
             items = node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) else [node.value]
-            shapes.append([item.id if isinstance(item, ast.Name) else None for item in items])
+            shapes.append([resolve(item) for item in items])
     if not shapes or len({len(names) for names in shapes}) != 1:
         return 0, {}
     inplace = {f"output{i}": params.index(name) for i, name in enumerate(shapes[0])
-               if name in params and all(names[i] == name for names in shapes)}
+               if isinstance(name, str) and all(names[i] == name for names in shapes)}
     return len(shapes[0]), inplace
 
 
@@ -173,7 +190,8 @@ def problem_from_file(path: Path) -> Problem:
         number, name = (int(stem.group(1)), stem.group(2)) if stem else (0, path.stem)
         family = path.parent.name if path.parent.name in spec.FAMILIES else "unknown"
         count, inplace = _returned_parameters(module)
-        outputs = tuple(f"output{i}" for i in range(count))
+        outputs = tuple(getattr(module, "OUTPUTS", ())) or tuple(f"output{i}" for i in range(count))
+        inplace = dict(getattr(module, "INPLACE", inplace))
     else:
         try:
             spec.check_module(path, module)
