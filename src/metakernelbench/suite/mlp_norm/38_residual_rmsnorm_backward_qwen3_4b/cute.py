@@ -15,7 +15,7 @@ from metakernelbench.suite.kits.cute import compile_kernel, fake_ptr, gmem_ptr, 
 
 VEC = 8  # columns per thread
 HALF = 4  # fp32 values per 16-byte access
-MAX_ROWS_PER_CTA = 128  # rows per partial sum: short fp32 chains, about 10 waves of CTAs at full size
+MAX_ROWS_PER_CTA = 128  # rows per partial sum: short fp32 chains; 4 096 CTAs (many waves) at full size
 CTAS_PER_SM = 4  # the grid aims at this many CTAs per SM before the row blocks shrink below the maximum
 COLUMN_THREADS = 1024  # column kernel: 32 columns x 32 slices of the partial rows
 COLUMN_LOADS = 8  # partial rows each column-kernel thread loads at once

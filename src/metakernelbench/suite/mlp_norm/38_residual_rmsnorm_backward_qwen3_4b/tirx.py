@@ -12,7 +12,7 @@ from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cpu, build_cuda,
 
 CPU_PATH = True  # a host (llvm) build too: CI grades it on the CPU
 _VEC = 8  # columns per thread
-_MAX_ROWS_PER_CTA = 128  # rows per partial sum: short fp32 chains, about 10 waves of CTAs at full size
+_MAX_ROWS_PER_CTA = 128  # rows per partial sum: short fp32 chains; 4 096 CTAs (many waves) at full size
 _CTAS_PER_SM = 4  # the grid aims at this many CTAs per SM before the row blocks shrink below the maximum
 _COLUMN_THREADS = 1024  # column kernel: 32 columns x 32 slices of the partial rows
 _COLUMN_LOADS = 8  # partial rows each column-kernel thread loads at once
