@@ -4,7 +4,8 @@ head (29 heads: q, k, v, index q, index k).
 Each lane holds two 16-byte chunks of its head (eight bf16 each), chosen so that RoPE's pairs meet in one thread:
 lanes 0-3 hold chunks c and c + 4 (dims 8c.. and 8c + 32..: the rotated half-pairs), lanes 4-7 chunks 8-15 (the
 pass-through dims). The head's sum of squares is an 8-lane shuffle reduction. Each head then goes to its own
-destination: q, index q, the k or v half of the token's kv_cache row, or its index_cache row.
+destination: q, index q, the k or v half of the token's kv_cache row, or its index_cache row. On the host (llvm) one
+parallel iteration per (token, head) does the same arithmetic.
 """
 import functools
 
@@ -12,7 +13,7 @@ import torch
 from tvm_tirx.script import tirx as T
 
 from metakernelbench.suite.kits.common import gpu_arch, require_int32_indexing
-from metakernelbench.suite.kits.tirx import NO_FAST_MATH, build_cuda, fp32, nvcc_build
+from metakernelbench.suite.kits.tirx import NO_FAST_MATH, bf16_round, build_cpu, build_cuda, fp32, nvcc_build
 
 Q_HEADS, KV_HEADS, INDEX_Q_HEADS, HEAD_DIM = 16, 4, 4, 128
 HEADS = Q_HEADS + 2 * KV_HEADS + INDEX_Q_HEADS + 1  # the last one is the index key
@@ -23,6 +24,7 @@ VEC = 8  # bf16 per 16-byte chunk
 ROPE_CHUNKS = ROTARY_DIM // 2 // VEC  # 4: chunk c < 4 pairs with chunk c + 4
 LANES = HEAD_DIM // VEC // 2  # two chunks per lane
 THREADS = (HEADS * LANES + 31) // 32 * 32
+CPU_PATH = True  # a host (llvm) build too: CI grades it on the CPU
 
 
 def _kernel(block_size):
@@ -128,10 +130,78 @@ def _kernel(block_size):
     return minimax_m3_cache_insert
 
 
+def _cpu_kernel(block_size):
+    """Host (llvm) kernel: one parallel iteration per (token, head), rounding to bf16 where the reference does."""
+    half = ROTARY_DIM // 2
+    inv_dim = 1.0 / HEAD_DIM
+    eps = fp32(EPS)
+    n = T.dynamic("n")
+    positions_count = T.dynamic("positions_count")
+    blocks = T.dynamic("blocks")
+    index_rows = T.dynamic("index_rows")
+
+    @T.function
+    def minimax_m3_cache_insert_cpu(
+        qkv: T.Tensor((n, HEADS * HEAD_DIM), "bfloat16"),
+        q_norm_weight: T.Tensor((HEAD_DIM,), "bfloat16"),
+        k_norm_weight: T.Tensor((HEAD_DIM,), "bfloat16"),
+        index_q_norm_weight: T.Tensor((HEAD_DIM,), "bfloat16"),
+        index_k_norm_weight: T.Tensor((HEAD_DIM,), "bfloat16"),
+        positions: T.Tensor((n,), "int64"),
+        cos_sin_cache: T.Tensor((positions_count, ROTARY_DIM), "bfloat16"),
+        slot_mapping: T.Tensor((n,), "int64"),
+        index_slot_mapping: T.Tensor((n,), "int64"),
+        kv_cache: T.Tensor((blocks, KV_HEADS, block_size, 2 * HEAD_DIM), "bfloat16"),
+        index_cache: T.Tensor((index_rows, HEAD_DIM), "bfloat16"),
+        q: T.Tensor((n, Q_HEADS * HEAD_DIM), "bfloat16"),
+        index_q: T.Tensor((n, INDEX_Q_HEADS * HEAD_DIM), "bfloat16"),
+    ):
+        for job in T.parallel(n * HEADS):
+            t = job // HEADS
+            h = job % HEADS
+            x = T.alloc_local((HEAD_DIM,), "float32")
+            st = T.alloc_local((4,), "float32")  # sum of squares, rstd, the pair being rotated
+            block = slot_mapping[t] // T.int64(block_size)
+            offset = slot_mapping[t] % T.int64(block_size)
+            if V_FIRST <= h and h < IQ_FIRST:
+                for j in range(HEAD_DIM):
+                    kv_cache[block, h - V_FIRST, offset, HEAD_DIM + j] = qkv[t, h * HEAD_DIM + j]
+            else:
+                st[0] = T.float32(0)
+                for j in range(HEAD_DIM):
+                    x[j] = T.float32(qkv[t, h * HEAD_DIM + j])
+                    st[0] = st[0] + x[j] * x[j]
+                st[1] = T.rsqrt(st[0] * T.float32(inv_dim) + T.float32(eps))
+                for j in range(HEAD_DIM):
+                    x[j] = bf16_round((x[j] * st[1]) * (T.float32(1.0) + T.if_then_else(
+                        h < K_FIRST, T.float32(q_norm_weight[j]), T.if_then_else(
+                            h < V_FIRST, T.float32(k_norm_weight[j]), T.if_then_else(
+                                h < IK_HEAD, T.float32(index_q_norm_weight[j]), T.float32(index_k_norm_weight[j]))))))
+                for j in range(half):
+                    st[2] = x[j]
+                    st[3] = x[half + j]
+                    x[j] = bf16_round(st[2] * T.float32(cos_sin_cache[positions[t], j])
+                                      - st[3] * T.float32(cos_sin_cache[positions[t], half + j]))
+                    x[half + j] = bf16_round(st[3] * T.float32(cos_sin_cache[positions[t], j])
+                                             + st[2] * T.float32(cos_sin_cache[positions[t], half + j]))
+                for j in range(HEAD_DIM):
+                    if h < K_FIRST:
+                        q[t, h * HEAD_DIM + j] = T.bfloat16(x[j])
+                    elif h < V_FIRST:
+                        kv_cache[block, h - K_FIRST, offset, j] = T.bfloat16(x[j])
+                    elif h < IK_HEAD:
+                        index_q[t, (h - IQ_FIRST) * HEAD_DIM + j] = T.bfloat16(x[j])
+                    else:
+                        index_cache[index_slot_mapping[t], j] = T.bfloat16(x[j])
+
+    return minimax_m3_cache_insert_cpu
+
+
 @functools.cache
 def _compiled(block_size, arch):
-    """One build per cache block size; tokens, positions and the number of cache blocks are runtime arguments."""
-    return build_cuda(_kernel(block_size), arch)
+    """One build per cache block size (CUDA for an arch, host without); tokens, positions and the number of cache
+    blocks are runtime arguments."""
+    return build_cuda(_kernel(block_size), arch) if arch else build_cpu(_cpu_kernel(block_size))
 
 
 def solve(qkv, q_norm_weight, k_norm_weight, index_q_norm_weight, index_k_norm_weight, positions, cos_sin_cache,
@@ -148,8 +218,6 @@ def solve(qkv, q_norm_weight, k_norm_weight, index_q_norm_weight, index_k_norm_w
         raise TypeError("minimax_m3_cache_insert tirx: bf16 qkv, weights, cos_sin_cache and caches")
     if any(t.dtype != torch.int64 for t in (positions, slot_mapping, index_slot_mapping)):
         raise TypeError("minimax_m3_cache_insert tirx: int64 positions and slot mappings")
-    if not qkv.is_cuda:
-        raise ValueError("minimax_m3_cache_insert tirx: CUDA tensors only (no host build)")
     if not (kv_cache.is_contiguous() and index_cache.is_contiguous()):
         raise ValueError("minimax_m3_cache_insert tirx: caches must be contiguous to be updated in place")
     q = torch.empty((tokens, Q_HEADS, HEAD_DIM), dtype=qkv.dtype, device=qkv.device)
@@ -157,7 +225,7 @@ def solve(qkv, q_norm_weight, k_norm_weight, index_q_norm_weight, index_k_norm_w
     if tokens == 0:
         return q, index_q, kv_cache, index_cache
     require_int32_indexing(qkv)
-    _compiled(block_size, gpu_arch(qkv.device))(
+    _compiled(block_size, gpu_arch(qkv.device) if qkv.is_cuda else None)(
         qkv.contiguous(), q_norm_weight.contiguous(), k_norm_weight.contiguous(), index_q_norm_weight.contiguous(),
         index_k_norm_weight.contiguous(), positions.contiguous(), cos_sin_cache.contiguous(),
         slot_mapping.contiguous(), index_slot_mapping.contiguous(), kv_cache, index_cache.view(-1, HEAD_DIM),
