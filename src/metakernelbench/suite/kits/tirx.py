@@ -70,3 +70,11 @@ def e4m3_value(bits):
     value = T.if_then_else(magnitude >= T.uint32(8), normal, subnormal)
     signed = T.reinterpret(T.reinterpret(value, ty="uint32") | ((b & T.uint32(0x80)) << T.uint32(24)), ty="float32")
     return T.if_then_else(magnitude == T.uint32(0x7F), T.reinterpret(T.uint32(0x7FC00000), ty="float32"), signed)
+
+
+def bf16_round(x):
+    """fp32 `x` (finite) rounded to the nearest bf16, ties to even, and widened back, by bit arithmetic: host paths
+    need it where the reference rounds mid-computation, as the llvm target's bf16 cast round trip does not round."""
+    bits = T.reinterpret(x, ty="uint32")
+    rounded = (bits + T.uint32(0x7FFF) + ((bits >> T.uint32(16)) & T.uint32(1))) & T.uint32(0xFFFF0000)
+    return T.reinterpret(rounded, ty="float32")
