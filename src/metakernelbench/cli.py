@@ -12,13 +12,15 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(width=160)
 err = Console(stderr=True)
 
 SuiteOption = typer.Option(None, "--suite", help="Folder of problem modules (default: the built-in suite).")
+LEDGER = Path("validation/ledger")
+AWAITING_FILE = "awaiting-gpu.json"
 
 
 def _fail(message: str) -> None:
@@ -66,9 +68,22 @@ def list_problems(suite: Optional[Path] = SuiteOption) -> None:
     """List the problems of the suite."""
     from metakernelbench.suite.loader import default_suite_path, recipes
 
-    table = Table("#", "id", "source model", "summary")
+    from metakernelbench.dsl import dsl_names
+    from metakernelbench.grader.validation import read_awaiting, read_ledger
+
+    ledger = read_ledger(LEDGER) if LEDGER.is_dir() else []
+    vouched = {(r.problem, r.dsl, r.sha256) for r in ledger if r.passed and "H200" in r.gpu}
+    awaiting = read_awaiting(LEDGER.parent / AWAITING_FILE)
+    table = Table("#", "source model", "H200 record (" + ", ".join(dsl_names()) + ")", "summary")
+    table.columns.insert(1, Column("id", no_wrap=True))
     for p in _problems(suite):
-        table.add_row(str(p.number), p.id, p.source_model, p.summary)
+        marks = []
+        for dsl in dsl_names():
+            if p.solution_path(dsl).is_file():
+                state = ("ok" if (p.id, dsl, p.solution_sha256(dsl)) in vouched
+                         else "awaiting" if (p.id, dsl) in awaiting else "unrecorded")
+                marks.append(state)
+        table.add_row(str(p.number), p.id, p.source_model, ", ".join(marks) or "-", p.summary)
     console.print(table)
     waiting = recipes(suite or default_suite_path())
     if waiting:
@@ -170,7 +185,10 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
              arch: str = typer.Option("sm_90a", help="GPU arch for compile checks on a CPU-only machine."),
              changed: bool = typer.Option(False, "--changed", help="Grade only variants the ledger does not vouch "
                                           "for on this GPU (their graded file, GPU or versions changed)."),
-             ledger: Path = typer.Option(Path("validation/ledger"), help="The ledger folder (*.jsonl records)."),
+             ledger: Path = typer.Option(LEDGER, help="The ledger folder (*.jsonl records)."),
+             list_awaiting: Optional[str] = typer.Option(
+                 None, "--list-awaiting", metavar="WHY", help="No grading: write validation/awaiting-gpu.json, "
+                 "listing every reference without a passing H200 record (at its current hash) and WHY."),
              record: Optional[Path] = typer.Option(None, help="Append this run's records here (default: a new "
                                                    "file in the ledger folder)."),
              compile_baseline: Optional[bool] = typer.Option(
@@ -180,10 +198,20 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
     """Grade reference solutions on the GPU into the ledger; on a CPU-only machine, compile each for --arch."""
     from metakernelbench.grader.parent import device_name
     from metakernelbench.grader.validation import (compile_references, grade_references, read_ledger,
-                                                   record_name, versions)
+                                                   record_name, versions, write_awaiting)
 
-    chosen, dsls, dev = _problems(suite, problems), _dsls(dsl), _device(device)
-    variants = [(p, d) for p in chosen for d in dsls]
+    chosen, dsls = _problems(suite, problems), _dsls(dsl)
+    variants = [(p, d) for p in chosen for d in dsls if p.solution_path(d).is_file()]
+    if list_awaiting is not None:
+        records = read_ledger(ledger) if ledger.is_dir() else []
+        entries = [{"problem": p.id, "dsl": d, "sha256": p.solution_sha256(d), "why": list_awaiting}
+                   for p, d in variants
+                   if not any(r.vouches_for(p.id, d, p.solution_sha256(d), "H200") for r in records)]
+        write_awaiting(ledger.parent / AWAITING_FILE, entries)
+        console.print(f"{len(entries)} of {len(variants)} references await their H200 record: "
+                      f"{ledger.parent / AWAITING_FILE}", highlight=False)
+        return
+    dev = _device(device)
     started = time.monotonic()
     if dev == "cpu":
         console.print(f"No GPU: compile-checking {len(variants)} reference solutions for {arch} (one process per "
@@ -448,8 +476,8 @@ def trial(trial_id: str, db: Path = typer.Option(Path("results/mkb.sqlite"))) ->
 
 
 @app.command()
-def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: those whose TIRx "
-                                                           "reference also runs on the CPU)."),
+def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: the demo set, "
+                                                           "problems declaring DEMO = True)."),
          db: Path = typer.Option(Path("results/demo.sqlite"), help="The demo's store."),
          device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
          concurrency: int = typer.Option(2)) -> None:
@@ -459,8 +487,8 @@ def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated prob
     from metakernelbench.analysis import summarise
     from metakernelbench.store import Store
 
-    if not problems:  # the problems whose TIRx reference also builds for the host: the demo runs anywhere
-        problems = ",".join(p.id for p in _problems(None) if p.solution_runs_on_cpu("tirx"))
+    if not problems:  # the demo set: problems that declare DEMO = True (their TIRx references also run on a CPU)
+        problems = ",".join(p.id for p in _problems(None) if getattr(p.module, "DEMO", False))
     run(model="reference", problems=problems, families=None, dsls=None, arms="solo,skill,placebo", replicates=1, solo_control=True,
         submissions=10, turns=40, output_tokens=400_000, wall_s=3600.0, temperature=None, max_output_tokens=16384,
         reasoning_effort=None, base_url=None, agent_env="", seed=0, db=db, run_id="demo", device=device,

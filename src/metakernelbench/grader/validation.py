@@ -61,6 +61,23 @@ class LedgerRecord:
                 and gpu in self.gpu and (versions is None or self.versions == versions))
 
 
+AWAITING_LEGEND = {
+    "variants": "references committed without a GPU record yet, each at the graded-file sha256 it was listed with",
+    "why": "what kept them from the GPU",
+}
+
+
+def read_awaiting(path: Path) -> dict[tuple[str, str], dict]:
+    """(problem, DSL) -> entry of the committed list of references still awaiting their GPU record."""
+    if not Path(path).is_file():
+        return {}
+    return {(e["problem"], e["dsl"]): e for e in json.loads(Path(path).read_text())["variants"]}
+
+
+def write_awaiting(path: Path, entries: list[dict]) -> None:
+    Path(path).write_text(json.dumps({"legend": AWAITING_LEGEND, "variants": entries}, indent=1) + "\n")
+
+
 def versions(device: str, dsl: str) -> dict:
     """What a record's GPU truth depends on besides the file: torch, the CUDA runtime, the driver, the DSL."""
     found = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "driver": _driver(device)}

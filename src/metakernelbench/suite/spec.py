@@ -78,6 +78,11 @@ def check_module(path: Path, module: ModuleType) -> None:
         if name not in compare:
             _fail(path, "COMPARE", f"has no rule for output '{name}'", f"add '{name}': one of {COMPARE_RULES}")
         _check_rule(path, name, compare[name], outputs)
+    if not isinstance(getattr(module, "DEMO", False), bool):
+        _fail(path, "DEMO", "is not True or False", "set DEMO = True to put the problem in `mkb demo`, or drop it")
+    if getattr(module, "DEMO", False) and not (path.parent / "tirx.py").is_file():
+        _fail(path, "DEMO", "is set but the problem has no TIRx reference", "the demo grades TIRx references on "
+              "the CPU: add one with CPU_PATH = True, or drop DEMO")
     reference_params = len(inspect.signature(module.reference).parameters)
     inplace = getattr(module, "INPLACE", {})
     if not isinstance(inplace, dict):

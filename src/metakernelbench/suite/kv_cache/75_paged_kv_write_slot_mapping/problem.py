@@ -10,6 +10,7 @@ import torch
 FAMILY = "kv_cache"
 SOURCE_MODEL = "Llama-3-8B"
 DTYPE = "bf16"
+DEMO = True  # one of the problems `mkb demo` runs
 SIZES = {
     "full": dict(tokens=8192, kv_heads=8, head_dim=128, block_size=16, num_blocks=8192),
     "odd": dict(tokens=1531, kv_heads=8, head_dim=128, block_size=16, num_blocks=1024),

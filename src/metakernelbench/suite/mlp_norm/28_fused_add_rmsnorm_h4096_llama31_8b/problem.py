@@ -9,6 +9,7 @@ import torch
 FAMILY = "mlp_norm"
 SOURCE_MODEL = "Llama-3.1-8B"
 DTYPE = "bf16"
+DEMO = True  # one of the problems `mkb demo` runs
 EPS = 1e-5
 SIZES = {
     "full": dict(tokens=14509, hidden=4096),

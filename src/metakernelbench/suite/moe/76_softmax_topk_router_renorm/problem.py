@@ -10,6 +10,7 @@ import torch
 FAMILY = "moe"
 SOURCE_MODEL = "Qwen3-30B-A3B"
 DTYPE = "fp32"
+DEMO = True  # one of the problems `mkb demo` runs
 SIZES = {
     "full": dict(tokens=32768, experts=128, top_k=8),
     "odd": dict(tokens=3001, experts=128, top_k=8),

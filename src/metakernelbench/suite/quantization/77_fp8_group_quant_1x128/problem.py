@@ -10,6 +10,7 @@ import torch
 FAMILY = "quantization"
 SOURCE_MODEL = "DeepSeek-V3"
 DTYPE = "fp8"
+DEMO = True  # one of the problems `mkb demo` runs
 GROUP = 128
 FP8_MAX = 448.0
 SIZES = {
