@@ -76,12 +76,12 @@ def test_run_bad_configurations_are_one_line_errors(tmp_path):
         assert fix in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
 
 
-def test_dry_run_prints_the_noise_range_for_the_plan():
+def test_dry_run_prints_the_noise_range_for_the_plan(suite):
     from metakernelbench.analysis.power import no_transfer_lift_range
 
     proc = mkb("run", "--model", "reference", "--dry-run", "--replicates", "3")
     assert proc.returncode == 0, proc.stderr
     out = " ".join(proc.stdout.split())
-    expected = no_transfer_lift_range(6, 3, 2).half_width
+    expected = no_transfer_lift_range(len(suite), 3, 2).half_width
     assert f"noise alone moves paired lift within ±{expected:.0f}% per model×direction cell" in out
     assert "74-problem published range for comparison: published -19%..+29%" in out
