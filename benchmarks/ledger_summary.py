@@ -31,11 +31,12 @@ def main() -> None:
     args = parser.parse_args()
 
     from metakernelbench.dsl import dsl_names
-    from metakernelbench.grader.validation import read_ledger
+    from metakernelbench.grader.validation import read_awaiting, read_ledger
     from metakernelbench.suite import load_suite
 
     ledger = read_ledger(ROOT / "validation" / "ledger")
     kernels = newest_kernel_rows(ROOT / "validation" / "kernels")
+    awaiting = read_awaiting(ROOT / "validation" / "awaiting-gpu.json")
     print("| problem | DSL | graded sha256 | grader median (ms) | vs eager [range] | vs compile | kernel (µs) | "
           "kernel / copy bw | recorded |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -51,7 +52,8 @@ def main() -> None:
                       if kernel else "- | -")
             if not records:
                 missing += 1
-                print(f"| {problem.id} | {dsl} | {sha[:10]} | no passing record | | | {timing} | |")
+                state = "awaiting its GPU record" if (problem.id, dsl) in awaiting else "no passing record"
+                print(f"| {problem.id} | {dsl} | {sha[:10]} | {state} | | | {timing} | |")
                 continue
             r = max(records, key=lambda r: r.date)
             low, high = r.speedup_vs_eager_range or (None, None)
