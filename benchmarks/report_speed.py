@@ -39,10 +39,12 @@ def _result(rng: random.Random, arm: str) -> dict:
             "noise_spread": rng.uniform(0.0, 0.05), "offline_client": False}
 
 
-def make_store(path: Path, models: int, replicates: int, seed: int = 0) -> int:
+def make_store(path: Path, models: int, replicates: int, seed: int = 0, skip: float = 0.05) -> int:
     """A store of `models` × plan(74 problems, 2 DSLs, solo/skill/placebo, `replicates`, solo control), every trial
-    finished with a seeded random result. Trials go in through Store.add_trials; results are written through
-    Store.db in one transaction (the same UPDATE as Store.finish_trial, one commit instead of 20,000)."""
+    finished with a seeded random result, except that a `skip` share of solo trials write no skill and the skill
+    trials fed by them are skipped (so the report also builds its view without them). Trials go in through
+    Store.add_trials; results are written through Store.db in one transaction (the same UPDATE as
+    Store.finish_trial, one commit instead of 20,000)."""
     rng = random.Random(seed)
     store = Store(path)
     store.ensure_run("bench", {"synthetic": True}, {})
@@ -52,14 +54,21 @@ def make_store(path: Path, models: int, replicates: int, seed: int = 0) -> int:
                       seed=seed, solo_control=True)
     store.add_trials(specs)
     now = time.time()
+    wrote = {(s.model, s.problem, s.dsl, s.replicate): rng.random() >= skip for s in specs if s.arm == "solo"}
     updates = []
     for s in specs:
+        source = s.skill_source()
+        if s.arm == "skill" and not wrote[(s.model, *source)]:
+            updates.append(("skipped", now, json.dumps({"skipped": "the source solo trial wrote no skill"}), None,
+                            None, None, s.trial_id))
+            continue
         audit = {"words": rng.randint(50, 400), "leaks_code": rng.random() < 0.1} if s.arm == "solo" else None
         usage = {"output_tokens": TOKENS[s.arm], "cost_usd": 0.1, "wall_s": 10.0}
-        updates.append((now, json.dumps(_result(rng, s.arm)), "a skill" if audit else None, json.dumps(audit),
+        skill = "a skill" if audit and wrote[(s.model, s.problem, s.dsl, s.replicate)] else None
+        updates.append(("finished", now, json.dumps(_result(rng, s.arm)), skill, json.dumps(audit),
                         json.dumps(usage), s.trial_id))
     store.db.execute("BEGIN IMMEDIATE")
-    store.db.executemany("UPDATE trials SET status='finished', attempts=1, finished=?, result=?, skill=?, "
+    store.db.executemany("UPDATE trials SET status=?, attempts=1, finished=?, result=?, skill=?, "
                          "skill_audit=?, usage=? WHERE trial_id=?", updates)
     store.db.execute("COMMIT")
     store.close()
@@ -71,6 +80,7 @@ def main() -> None:
     ap.add_argument("--models", type=int, default=4)
     ap.add_argument("--replicates", type=int, default=11)  # 4 models × 74 × 2 × (3·11 + 1) = 20,128 trials
     ap.add_argument("--n-boot", type=int, default=2000)  # `mkb report`'s default
+    ap.add_argument("--skip", type=float, default=0.05, help="share of solo trials that write no skill")
     ap.add_argument("--keep", help="write the store and report here instead of a temporary folder")
     ap.add_argument("--profile", action="store_true", help="print the top of a cProfile of the report")
     ap.add_argument("--out", help="write the timings as JSON here")
@@ -82,7 +92,7 @@ def main() -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     t0 = time.perf_counter()
-    n = make_store(db, args.models, args.replicates)
+    n = make_store(db, args.models, args.replicates, skip=args.skip)
     store_s = time.perf_counter() - t0
     print(f"synthetic store: {n} trials in {store_s:.1f} s ({db})", flush=True)
 

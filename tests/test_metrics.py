@@ -57,6 +57,16 @@ def test_fast_p_is_strict_and_fast_0_is_pass_rate():
                                                                        4.0: 0.0}
 
 
+def test_r_at_counts_speedup_at_least_t_as_the_paper_does():
+    """The paper's R@t is speedup >= t: a kernel exactly at a threshold reaches that rung (KernelBench's fast_p,
+    strict, does not)."""
+    rows = [row("solo", f"e/{i}", "cute", True, t) for i, t in enumerate((0.5, 1.0, 2.0, 4.0))]
+    lad = m.ladder(rows)
+    assert lad.r_at == pytest.approx({0.0: 1.0, 0.5: 1.0, 1.0: 0.75, 2.0: 0.5, 4.0: 0.25})
+    assert lad.s == pytest.approx(100 * (1 + 1 + 0.75 + 0.5 + 0.25) / 5)
+    assert m.fast_p(rows, 1.0) == pytest.approx(0.5) and m.fast_p(rows, 4.0) == 0.0
+
+
 def test_empty_ladder_and_unfinished_outcome():
     lad = m.ladder([row("skill", "a/1", "cute", None, status="skipped")])
     assert (lad.n, lad.excluded, lad.s, lad.geomean_speedup) == (0, 1, None, None)
@@ -105,10 +115,10 @@ def tiny_rows():
 
 def test_paired_counts_lift_and_regression_rate():
     rows = tiny_rows()
-    pairs = m.pair_trials(rows, "skill")
+    pairs = m.pair_trials(rows, "skill", skipped_as_base=False)  # our view: the skipped p/8 is left out
     assert {p.problem: p.outcome for p in pairs} == {"p/1": 1, "p/2": -1, "p/3": 0, "p/4": 1, "p/5": 0, "q/6": -1,
                                                      "q/7": 1}
-    assert m.unpaired(rows, "skill") == 1
+    assert m.unpaired(rows, "skill", skipped_as_base=False) == 1
     summ = m.summarise_pairs(pairs)
     assert (summ.n, summ.improved, summ.tied, summ.regressed, summ.missing_noise) == (7, 3, 2, 2, 0)
     assert summ.mean_outcome == pytest.approx(1 / 7)
@@ -124,6 +134,25 @@ def test_paired_counts_lift_and_regression_rate():
     assert by_family == {"p": 5, "q": 2}
     placebo = m.summarise_pairs(m.pair_trials(rows, "placebo"))
     assert (placebo.improved, placebo.tied, placebo.regressed) == (7, 0, 0)  # passing in 0.01 ms beats every solo
+
+
+def test_a_skipped_skill_trial_counts_as_its_base_as_in_the_paper():
+    """p/8's source wrote no skill: by the paper's rule its skill trial is its base (the solo, 1.0x), a tie."""
+    rows = tiny_rows()
+    pairs = m.pair_trials(rows, "skill")
+    p8 = next(p for p in pairs if p.problem == "p/8")
+    assert p8.base_stand_in and p8.outcome == 0 and p8.treated.result == p8.solo.result
+    assert p8.treated.trial_id != p8.solo.trial_id and p8.treated.arm == "skill"
+    assert m.unpaired(rows, "skill") == 0 and sum(p.base_stand_in for p in pairs) == 1
+    summ = m.summarise_pairs(pairs)
+    assert (summ.n, summ.improved, summ.tied, summ.regressed) == (8, 3, 3, 2)
+    # skill R@t (>= t) = 6,5,4,2,1 of 8 -> S = 45; solo = 5,4,4,1,0 of 8 -> S = 35 (1.0x reaches R@1)
+    assert summ.s_treated == pytest.approx(45.0) and summ.s_solo == pytest.approx(35.0)
+    assert summ.lift_s == pytest.approx(10.0)
+    # a skipped trial whose solo counterpart is unfinished is left out either way
+    lone = [row("skill", "z/1", "tirx", None, src="cute", status="skipped"),
+            row("solo", "z/1", "tirx", None, status="pending")]
+    assert m.pair_trials(lone) == [] and m.unpaired(lone) == 1
 
 
 def test_noise_margin_rules():
@@ -155,7 +184,8 @@ def test_relative_standing_cells():
     assert table.by_source["source failed"] == {"above": {"improved": 0, "tied": 0, "regressed": 0},
                                                 "level": {"improved": 0, "tied": 1, "regressed": 0},
                                                 "below": {"improved": 0, "tied": 0, "regressed": 1}}
-    assert table.missing_source == 0
+    assert table.missing_source == 1  # p/8's skill trial (skipped, counted as its base) has no source solo
+    assert m.standings(rows, m.pair_trials(rows, "skill"))[-1] is None
 
 
 def test_solo_noise_pairs():
@@ -198,7 +228,7 @@ def test_generated_case_recovers_ground_truth():
     def s_of(side):
         ladder = []
         for t in (0, 0.5, 1, 2, 4):
-            ok = [KINDS[k][side][0] and (t == 0 or KINDS[k][side][1] > t) for _, _, k, _, _ in truth]
+            ok = [KINDS[k][side][0] and (t == 0 or KINDS[k][side][1] >= t) for _, _, k, _, _ in truth]
             ladder.append(sum(ok) / len(ok))
         return 100 * sum(ladder) / 5
     assert summ.s_treated == pytest.approx(s_of(1)) and summ.s_solo == pytest.approx(s_of(0))
@@ -252,7 +282,7 @@ def test_mcnemar_matches_binomtest():
 
 def test_wilcoxon_on_pairs_correct_in_both():
     rows = tiny_rows()
-    res = s.wilcoxon_speed(m.pair_trials(rows))
+    res = s.wilcoxon_speed(m.pair_trials(rows, skipped_as_base=False))
     ratios = [math.log(1 / 0.9), math.log(1 / 0.9), math.log(1 / 1.5)]
     assert res.n == 3 and res.median_log_ratio == pytest.approx(math.log(1 / 0.9))
     assert res.p_value == pytest.approx(st.wilcoxon(ratios).pvalue)
@@ -266,16 +296,22 @@ def test_holm_hand_example():
     assert s.holm([]) == []
 
 
+def _mean_ci(values, problems, n_boot, confidence=0.95, seed=0):
+    """The problem-bootstrap interval of a pooled mean, through the vectorised Resampler."""
+    rs = s.resampler(problems, {"x": values, "n": [1.0] * len(values)}, n_boot, seed)
+    return s.percentile(*rs.ratio("x", "n"), confidence)
+
+
 def test_bootstrap_generic_equals_vectorised_and_resamples_problems():
     vals = [1, 0, -1, 1, 1, 0, 1, -1, 1, 1]
     probs = ["a", "a", "b", "b", "c", "c", "d", "d", "e", "e"]
     items = list(zip(vals, probs))
     g = s.bootstrap_ci(items, lambda xs: sum(v for v, _ in xs) / len(xs), cluster=lambda x: x[1], n_boot=500,
                        seed=3)
-    v = s.bootstrap_mean_ci(vals, probs, n_boot=500, seed=3)
+    v = _mean_ci(vals, probs, n_boot=500, seed=3)
     assert (g.estimate, g.low, g.high) == pytest.approx((v.estimate, v.low, v.high))
     # a problem whose pairs all agree moves as one: one problem holding every pair gives a zero-width interval
-    one = s.bootstrap_mean_ci(vals, ["z"] * 10, n_boot=200)
+    one = _mean_ci(vals, ["z"] * 10, n_boot=200)
     assert one.low == one.high == pytest.approx(0.4)
 
 
@@ -290,17 +326,72 @@ def test_bootstrap_ci_coverage():
         for i in range(40):
             vals += list(rng.choice([-1, 0, 1], size=2, p=easy if is_easy[i] else hard))
             probs += [i, i]
-        ci = s.bootstrap_mean_ci(vals, probs, n_boot=1000, confidence=0.9, seed=draw)
+        ci = _mean_ci(vals, probs, n_boot=1000, confidence=0.9, seed=draw)
         covered += ci.low <= truth <= ci.high
     assert 0.80 * 200 <= covered <= 0.97 * 200
 
 
 def test_sign_flip_range_contains_zero_and_shrinks():
     rng = np.random.default_rng(5)
-    small = s.sign_flip_range(list(rng.choice([-1, 0, 1], size=20)), n_perm=4000)
-    large = s.sign_flip_range(list(rng.choice([-1, 0, 1], size=200)), n_perm=4000)
+    small = s.sign_flip_range(list(rng.choice([-1, 0, 1], size=20)))
+    large = s.sign_flip_range(list(rng.choice([-1, 0, 1], size=200)))
     assert small.low < 0 < small.high and large.low < 0 < large.high
     assert large.high - large.low < 0.5 * (small.high - small.low)
     strong = s.sign_flip_range([1] * 30 + [0] * 10)  # a real lift leaves the range
     assert strong.observed > strong.high and strong.p_value < 0.001
     assert s.sign_flip_range([]).low is None
+    with pytest.raises(ValueError, match="integer"):
+        s.sign_flip_range([0.5, -1])
+
+
+def test_sign_flip_is_exact():
+    """For +1/0/-1 outcomes it is the exact sign test; for mixed magnitudes, every one of the 2^n flips counted."""
+    outcomes = [1] * 9 + [-1] * 3 + [0] * 5
+    assert s.sign_flip_range(outcomes).p_value == pytest.approx(st.binomtest(9, 12, 0.5).pvalue, rel=1e-12)
+    x = [2, -1, 1, 0, 2, -2, 1, 1, -1, 2]
+    sums = np.array([sum(e * v for e, v in zip(eps, x)) for eps in itertools.product([-1, 1], repeat=len(x))])
+    res = s.sign_flip_range(x)
+    assert res.p_value == pytest.approx(np.mean(np.abs(sums) >= abs(sum(x))), rel=1e-12)
+    cdf = lambda v: np.mean(sums <= v)  # noqa: E731
+    assert cdf(res.low * len(x)) >= 0.025 > cdf(res.low * len(x) - 1)  # the smallest sum with CDF >= 2.5%
+    assert cdf(res.high * len(x)) >= 0.975 > cdf(res.high * len(x) - 1)
+
+
+def test_resampler_draws_the_problem_bootstrap():
+    """Every ratio-of-sums statistic from one Resampler equals the generic bootstrap_ci on the same draws."""
+    rng = np.random.default_rng(2)
+    probs = [f"p{i // 3}" for i in range(30)] + ["q"]
+    num, den = rng.integers(-1, 2, size=31).astype(float), (rng.random(31) < 0.6).astype(float)
+    items = list(zip(num, den, probs))
+    rs = s.resampler(probs, {"num": num, "den": den}, n_boot=300, seed=4)
+    est, vals = rs.ratio("num", "den")
+    fast = s.percentile(est, vals)
+    slow = s.bootstrap_ci(items, lambda xs: (sum(a for a, _, _ in xs) / sum(b for _, b, _ in xs)
+                                             if sum(b for _, b, _ in xs) else None),
+                          cluster=lambda t: t[2], n_boot=300, seed=4)
+    assert (fast.estimate, fast.low, fast.high) == pytest.approx((slow.estimate, slow.low, slow.high))
+    assert rs.total("den") == den.sum() and len(rs.problems) == 11
+
+
+def test_rate_interval_holds_its_rate_when_pairs_of_a_problem_are_correlated():
+    """30 problems × 4 pairs, each problem with its own regression chance (Beta(0.5, 1), mean 1/3): Wilson over the
+    120 pairs treats them as independent and covers the true rate far less than 95% of the time; the interval on
+    the effective sample size from the problem bootstrap holds it."""
+    rng = np.random.default_rng(8)
+    truth, draws = 1 / 3, 300
+    wilson_hits = cluster_hits = 0
+    for d in range(draws):
+        chance = rng.beta(0.5, 1, size=30)
+        regressed = (rng.random((30, 4)) < chance[:, None]).astype(float).ravel()
+        probs = np.repeat(np.arange(30), 4)
+        k = int(regressed.sum())
+        w = s.wilson(k, 120)
+        wilson_hits += w.low <= truth <= w.high
+        rs = s.resampler(list(probs), {"r": regressed, "n": np.ones(120)}, n_boot=400, seed=d)
+        c = s.cluster_rate_interval(*rs.ratio("r", "n"), 120, 30)
+        cluster_hits += c.low <= truth <= c.high
+    assert wilson_hits / draws < 0.85
+    assert cluster_hits / draws >= 0.92
+    # at 0/n the interval has width, over the problems as the independent units
+    zero = s.cluster_rate_interval(0.0, np.zeros(10), 40, 10)
+    assert zero.low == 0.0 and zero.high == pytest.approx(s.wilson(0, 10).high)

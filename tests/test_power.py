@@ -65,3 +65,12 @@ def test_rejects_empty_sizes():
 def test_published_comparison_mentions_both():
     text = power.published_comparison()
     assert "-19%..+29%" in text and "74x1" in text
+
+
+def test_simultaneous_band_holds_every_cell_at_once():
+    """The band that holds all 12 cells at once is wider than one cell's 95% range and than the expected extremes;
+    for a single cell it is that cell's own central range (up to one step of the lift's lattice)."""
+    many = no_transfer_lift_range(74, 1, models_directions=12)
+    assert many.simultaneous > many.half_width and many.simultaneous > max(-many.cells_low, many.cells_high)
+    one = no_transfer_lift_range(74, 1, models_directions=1)
+    assert abs(one.simultaneous - one.half_width) <= 100 / 74 + 1e-9

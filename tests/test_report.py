@@ -12,7 +12,7 @@ import pytest
 
 from metakernelbench.analysis import metrics as m
 from metakernelbench.analysis import stats as st
-from metakernelbench.analysis.report import LEGEND, NEED_SKILL, report_store
+from metakernelbench.analysis.report import LEGEND, NEED_SKILL, blocks, report_store
 from metakernelbench.protocol import plan
 from metakernelbench.store import Store
 
@@ -72,9 +72,9 @@ def mkb(*args):
 def test_ladders_equal_metrics_and_hand_truth(full):
     _, rows, rep = full
     skill = rep["ladders"]["arm"]["skill"]
-    # skill speeds 2, 3, 1.2, 0.6, 5, fail in each direction: R@t = 5, 5, 4, 2, 1 of 6
-    assert skill["r_at"] == pytest.approx({"0": 5 / 6, "0.5": 5 / 6, "1": 4 / 6, "2": 2 / 6, "4": 1 / 6})
-    assert skill["s"] == pytest.approx(1700 / 30) and skill["n"] == 12 and skill["passed"] == 10
+    # skill speeds 2, 3, 1.2, 0.6, 5, fail in each direction: R@t (speedup >= t) = 5, 5, 4, 3, 1 of 6
+    assert skill["r_at"] == pytest.approx({"0": 5 / 6, "0.5": 5 / 6, "1": 4 / 6, "2": 3 / 6, "4": 1 / 6})
+    assert skill["s"] == pytest.approx(1800 / 30) and skill["n"] == 12 and skill["passed"] == 10
     assert skill["fast_p1"] == pytest.approx(4 / 6)
     assert skill["pass_rate"]["low"] == pytest.approx(st.wilson(10, 12).low)
     for key in m.GROUP_KEYS:
@@ -93,37 +93,50 @@ def test_ladders_equal_metrics_and_hand_truth(full):
 def test_paired_counts_lift_and_tests(full):
     _, rows, rep = full
     skill = rep["paired"]["skill"]["overall"]
-    assert (skill["n"], skill["improved"], skill["tied"], skill["regressed"]) == (12, 10, 0, 2)
-    assert skill["mean_outcome"] == pytest.approx(8 / 12)
-    assert skill["lift_s"] == pytest.approx(500 / 30)  # S 1700/30 (skill) - 1200/30 (solo)
-    summ = m.summarise_pairs(m.pair_trials(rows, "skill"))
-    assert skill["lift_s"] == pytest.approx(summ.lift_s) and skill["s_solo"] == pytest.approx(summ.s_solo)
+    assert (skill["pairs"], skill["improved"], skill["tied"], skill["regressed"]) == (12, 10, 0, 2)
+    assert skill["paired_outcome"]["estimate"] == pytest.approx(100 * 8 / 12)
+    assert skill["lift_s"]["estimate"] == pytest.approx(20.0)  # S 1800/30 (skill) - 1200/30 (solo)
+    pairs = m.pair_trials(rows, "skill")
+    summ = m.summarise_pairs(pairs)
+    assert skill["lift_s"]["estimate"] == pytest.approx(summ.lift_s) and skill["s_solo"] == pytest.approx(summ.s_solo)
+    # correctness: a/1 and b/1 gain a pass, b/3 loses one, per direction: (4 - 2) / 12
+    assert skill["correctness_lift"]["estimate"] == pytest.approx(100 * 2 / 12)
+    # runtime over the 6 pairs correct in both: ratios 3/1.5, 1.2/0.8, 5/2.5 per direction
+    assert skill["runtime_lift"]["estimate"] == pytest.approx(100 * ((2 * 1.5 * 2) ** (1 / 3) - 1))
     placebo = rep["paired"]["placebo"]["overall"]
     assert (placebo["improved"], placebo["tied"], placebo["regressed"]) == (0, 10, 2)
     control = rep["paired"]["solo_control"]["overall"]
-    assert (control["improved"], control["tied"], control["regressed"]) == (2, 8, 2) and control["mean_outcome"] == 0
-    # McNemar: treated-only correct = a/1, b/1 per direction (4); solo-only = b/3 (2)
+    assert (control["improved"], control["tied"], control["regressed"]) == (2, 8, 2)
+    assert control["paired_outcome"]["estimate"] == 0
     assert (skill["mcnemar"]["treated_only"], skill["mcnemar"]["solo_only"]) == (4, 2)
     assert skill["mcnemar"]["p_value"] == pytest.approx(st.mcnemar_p(4, 2))
-    pairs = m.pair_trials(rows, "skill")
     assert skill["wilcoxon"]["p_value"] == pytest.approx(st.wilcoxon_speed(pairs).p_value)
-    assert skill["regression_rate_ci"]["high"] == pytest.approx(st.wilson(2, 12).high)
-    boot = st.bootstrap_mean_ci([p.outcome for p in pairs], [p.problem for p in pairs], n_boot=500)
-    assert skill["mean_outcome_ci"]["low"] == pytest.approx(boot.low)
+    regs = st.resampler([p.problem for p in pairs], {"r": [p.outcome == -1 for p in pairs], "n": [1] * 12}, 500)
+    reg = st.cluster_rate_interval(*regs.ratio("r", "n"), 12, 6)
+    assert (skill["regression_rate"]["low"], skill["regression_rate"]["high"]) == pytest.approx(
+        (100 * reg.low, 100 * reg.high))
+    rs = st.resampler([p.problem for p in pairs], {"o": [p.outcome for p in pairs], "n": [1] * 12}, 500)
+    boot = st.bootstrap_ci(pairs, lambda ps: sum(p.outcome for p in ps) / len(ps), n_boot=500)
+    assert skill["paired_outcome"]["low"] == pytest.approx(100 * boot.low)
+    assert st.percentile(*rs.ratio("o", "n")).low == pytest.approx(boot.low)
     flip = st.sign_flip_range([p.outcome for p in pairs])
-    assert skill["noise_range"]["low"] == pytest.approx(flip.low) and skill["noise_range"]["high"] == pytest.approx(flip.high)
-    cells = rep["paired"]["skill"]["cells"]
+    assert skill["noise_range"] == pytest.approx([100 * flip.low, 100 * flip.high])
+    cells = rep["paired"]["skill"]["rows"]
     assert {c["direction"]: (c["improved"], c["tied"], c["regressed"]) for c in cells} == {
         "cute→tirx": (5, 0, 1), "tirx→cute": (5, 0, 1)}
     raw = [c["mcnemar"]["p_value"] for c in cells]
-    assert [c["mcnemar"]["p_holm"] for c in cells] == pytest.approx(st.holm(raw))
+    assert [c["correctness_lift"]["p_holm"] for c in cells] == pytest.approx(st.holm(raw))
 
 
 def test_verdicts_and_standing(full):
     _, rows, rep = full
     v = rep["verdicts"]
-    assert v["skill"]["overall"]["outside_noise_range"] is True
-    assert v["skill"]["overall"]["outside_control_range"] is True and v["skill"]["overall"]["distinguishable"]
+    skill = rep["paired"]["skill"]["overall"]
+    # sign test 10 of 12 non-ties; against the control on the same 12 baselines the differences are 8 × (+1), 4 × 0
+    assert skill["sign_p"] == pytest.approx(st.mcnemar_p(10, 2))
+    assert skill["control_diff"] == pytest.approx(100 * 8 / 12) and skill["control_p"] == pytest.approx(2 / 2 ** 8)
+    assert skill["paired_outcome"]["p_value"] == pytest.approx(max(skill["sign_p"], skill["control_p"]))
+    assert v["skill"]["overall"]["distinguishable"] is True and "beats noise" in v["skill"]["overall"]["statement"]
     assert "indistinguishable from noise" in v["placebo"]["overall"]["statement"]
     assert v["placebo"]["overall"]["distinguishable"] is False
     sk = rep["standing"]["skill"]
@@ -132,15 +145,20 @@ def test_verdicts_and_standing(full):
     assert sk["cells"]["level"] == {"improved": 10, "tied": 0, "regressed": 2}  # identical DSLs: all level
     assert rep["standing"]["placebo"]["cells"]["level"] == {"improved": 0, "tied": 10, "regressed": 2}
     assert rep["standing"]["solo_control"]["cells"]["level"] == {"improved": 2, "tied": 8, "regressed": 2}
-    ex = rep["standing"]["skill_excess"]
-    assert ex["over_placebo"]["level"]["improve_rate"] == pytest.approx(10 / 12)
-    assert ex["over_solo_control"]["level"]["improve_rate"] == pytest.approx(8 / 12)
+    ex = {(name, e["standing"], e["rate"]): e for name, es in rep["standing"]["excess"].items() for e in es}
+    assert ex[("over_placebo", "level", "improve_rate")]["excess"] == pytest.approx(100 * 10 / 12)
+    over_ctl = ex[("over_solo_control", "level", "improve_rate")]
+    assert over_ctl["excess"] == pytest.approx(100 * 8 / 12)
+    assert over_ctl["low"] <= over_ctl["excess"] <= over_ctl["high"]
+    assert ex[("over_solo_control", "above", "improve_rate")]["excess"] is None  # nothing stood above
+    assert rep["standing"]["caveat"] is None and rep["standing"]["by_model"]["m"]["skill"] == sk["cells"]
+    assert rep["standing"]["sentences"]["over_solo_control"].startswith("No pairs of both arms stood above")
 
 
 def test_every_field_has_a_legend_entry(full):
     _, _, rep = full
     assert rep["legend"] == LEGEND
-    dynamic = {"r_at", "usage", "skill_audit", "plots", "legend"}
+    dynamic = {"r_at", "usage", "skill_audit", "plots", "legend", "by_model"}
     missing = set()
 
     def walk(obj, parent=None):
@@ -164,24 +182,46 @@ def test_every_field_has_a_legend_entry(full):
     assert not missing, missing
 
 
-def test_html_embeds_every_plot_and_table(full):
+def test_front_page_answers_first(full):
+    """Table 1 opens the page, then the paper's two figures with captions, then the legends; the tables follow."""
     tmp, _, rep = full
     out = tmp / "out"
     page = (out / "report.html").read_text()
-    assert set(rep["plots"]) == {"ladders", "paired_outcome", "standing", "speed_scatter", "regression_vs_noise"}
+    assert set(rep["plots"]) == {"paired_lift", "standing", "ladders", "speed_scatter", "regression_vs_noise"}
     images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert {name for name, _ in images} == set(rep["plots"])
+    assert [name for name, _ in images][:2] == ["paired_lift", "standing"] and len(images) == 5
     for name, file in rep["plots"].items():
         assert (out / file).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "report.md").read_text()
     titles = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert titles[:4] == ["Table 1: skill vs solo, per model and direction", "Paired outcome by problem",
+                          "Outcomes by relative standing", "How to read the numbers"]
     for title in titles:
-        if title != "Plots":
-            assert f"<h2>{title}</h2>" in page.replace("&amp;", "&")
-    assert page.count("<table") == len([t for t in titles if t != "Plots"]) >= 10
+        assert f"<h2>{title}</h2>" in page.replace("&amp;", "&")
+    kinds = [b.kind for b in blocks(rep)]
+    assert page.count("<table") == kinds.count("table") + kinds.count("legend") >= 10
+    assert page.count("<figcaption>Figure 1. Paired outcome by problem") == 1 and "Figure 2." in page
+    for term in ("R@t", "S", "p-values", "tests", "intervals"):
+        assert f"<td>{term}</td>" in page
     assert "Relative standing: solo_control" in md and "Lift against noise" in md
     assert "Noise range for this run's size" in md and "<h2>Noise range for this run's size</h2>" in page
     assert "http" not in page.split("</style>", 1)[1].replace("docs/metrics.md", "")  # nothing fetched from outside
+
+
+def test_table1_cells_are_the_json_with_marks(full):
+    tmp, _, rep = full
+    t1 = blocks(rep)[0]
+    skill = rep["paired"]["skill"]
+    first = skill["rows"][0]
+    assert t1.rows[0][:4] == [first["model"], first["direction"], "skill", "6 (0 skipped)"]
+    po = first["paired_outcome"]
+    assert t1.rows[0][6] == f"{po['estimate']:+.1f} [{po['low']:+.1f}, {po['high']:+.1f}]" + (
+        " ✓" if po["beats_noise"] else "")
+    assert t1.rows[1][2] == "solo control" and t1.rows[1][6] == f"{po['control']:+.1f}"
+    pooled = skill["overall"]["paired_outcome"]
+    assert pooled["beats_noise"] and t1.rows[-2][6].endswith(" ✓")  # the pooled skill row, above its control row
+    md = (tmp / "out" / "report.md").read_text()
+    assert "| " + " | ".join(t1.rows[-2]) + " |" in md
 
 
 def test_cli_report_and_only_solo_store(tmp_path):
@@ -226,12 +266,14 @@ def test_noise_range_for_this_runs_size(full):
     sim = no_transfer_lift_range(nz["problems"], nz["replicates"], nz["models_directions"])
     assert nz["problems"] == len({r.problem for r in rows}) and nz["replicates"] == 1
     assert nz["per_cell_range"] == {"low": sim.low, "high": sim.high}
-    assert nz["measured_disagreement"] is not None and nz["per_cell_range_at_measured"] is not None
-    cells = [c for arm in ("skill", "placebo") for c in rep["paired"][arm]["cells"]]
+    assert nz["simultaneous_band"] == sim.simultaneous >= sim.half_width  # all cells at once: no narrower than one
+    assert nz["measured_disagreement"] == pytest.approx(4 / 12) and nz["per_cell_range_at_measured"] is not None
+    assert nz["band"] == pytest.approx(sim.simultaneous * (nz["measured_disagreement"] / sim.disagreement) ** 0.5)
+    cells = [c for arm in ("skill", "placebo") for c in rep["paired"][arm]["rows"]]
     assert len(nz["lifts"]) == len(cells)
     for lift, c in zip(nz["lifts"], cells):
-        assert lift["lift_pct"] == pytest.approx(100 * c["mean_outcome"])
-        assert lift["inside_noise"] == (sim.low <= lift["lift_pct"] <= sim.high)
+        assert lift["lift_pct"] == pytest.approx(c["paired_outcome"]["estimate"])
+        assert lift["inside_noise"] == (abs(lift["lift_pct"]) <= nz["band"])
     assert "indistinguishable from noise" in nz["statement"]
 
 
@@ -282,3 +324,51 @@ def test_min_margin_on_the_command_line(tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["repeated_code"]["untied"] == 0
     bad = mkb("report", "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "out"), "--min-margin", "-0.1")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--min-margin" in bad.stderr
+
+
+def test_without_a_control_the_standing_carries_its_caveat(tmp_path):
+    """No solo control: the tests against it are n/t, and the standing table and Table 1 say that regression to the
+    mean alone produces the pattern."""
+    import synthetic as sy
+    from metakernelbench.analysis.transfer import NO_CONTROL_CAVEAT
+
+    store = sy.write_store(tmp_path / "s.sqlite", sy.trials(1, problems=12, models=1, control=False))
+    rep = report_store(store, tmp_path / "out", "r", n_boot=100)
+    store.close()
+    assert rep["standing"]["caveat"] == NO_CONTROL_CAVEAT and "solo_control" not in rep["paired"]
+    assert "regression to the mean" in NO_CONTROL_CAVEAT and "over_solo_control" not in rep["standing"]["excess"]
+    t1 = blocks(rep)[0]
+    assert NO_CONTROL_CAVEAT in t1.caption and all(r[2] == "skill" for r in t1.rows)
+    assert all(r[7].endswith(" n/t") for r in t1.rows)  # regression rate: nothing to test it against
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert md.count(NO_CONTROL_CAVEAT) == 2 and any("regression to the mean" in n for n in rep["notes"])
+
+
+def test_skipped_skill_trials_counted_as_base_beside_our_view(tmp_path):
+    import synthetic as sy
+
+    rows = sy.trials(2, problems=12, models=1, skip=0.3)
+    store = sy.write_store(tmp_path / "s.sqlite", rows)
+    rep = report_store(store, tmp_path / "out", "r", n_boot=100)
+    store.close()
+    skipped = sum(r.status == "skipped" and r.arm == "skill" for r in rows)
+    assert skipped > 0 and rep["skipped_as_base"]["skill"] == skipped and rep["unpaired"]["skill"] == 0
+    paper, ours = rep["paired"]["skill"]["overall"], rep["without_skipped"]["skill"]["overall"]
+    assert paper["pairs"] == 24 and ours["pairs"] == 24 - skipped and paper["skipped"] == skipped
+    assert paper["tied"] - ours["tied"] == skipped  # each skipped trial is a tie with its base
+    own = m.summarise_pairs(m.pair_trials(rows, "skill", skipped_as_base=False))
+    assert ours["lift_s"]["estimate"] == pytest.approx(own.lift_s)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Skipped trials: counted as their base (paper) and left out (ours)" in md
+
+
+def test_a_planted_transfer_reads_as_beating_noise_end_to_end(tmp_path):
+    import synthetic as sy
+
+    store = sy.write_store(tmp_path / "s.sqlite", sy.trials(5, problems=40, models=1, transfer=2.0))
+    rep = report_store(store, tmp_path / "out", "r", n_boot=200)
+    store.close()
+    assert all(v["distinguishable"] for v in rep["verdicts"]["skill"]["cells"])
+    assert all("beats noise" in v["statement"] for v in rep["verdicts"]["skill"]["cells"])
+    assert not rep["verdicts"]["placebo"]["overall"]["distinguishable"]
+    assert all(r[6].endswith(" ✓") for r in blocks(rep)[0].rows if r[2] == "skill")

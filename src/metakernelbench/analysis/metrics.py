@@ -1,11 +1,14 @@
 """Benchmark metrics over recorded trials: ladders (R@t, S, fast_p), paired skill-vs-solo outcomes, relative standing.
 
 Pure functions over lists of `TrialRow` (no I/O). Every definition here is also written out in docs/metrics.md;
-the two must agree. Only finished trials are measured: skipped (no source skill), pending and running trials are
-left out of every denominator and counted as `excluded`, so a missing result is never scored as a failure.
+the two must agree. Ladders measure finished trials only: skipped (no source skill), pending and running trials are
+left out of every denominator and counted as `excluded`, so a missing result is never scored as a failure. Pairs
+follow the paper by default: a skipped treated trial counts as its base (its solo counterpart), since nothing was
+transferred; `skipped_as_base=False` gives our unpaired view, which leaves it out.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import defaultdict
@@ -49,19 +52,23 @@ def outcome(row: TrialRow) -> TrialOutcome:
 
 # -- ladders: R@t, S, fast_p, geometric-mean speedup ----------------------------------------------------------
 def _beats(o: TrialOutcome, t: float) -> bool:
-    # R@0 is the pass rate: a passing trial counts at t = 0 even when its speedup was not measured.
+    """The paper's rung: passed with speedup >= t. R@0 is the pass rate: a passing trial counts at t = 0 even when
+    its speedup was not measured."""
     if not o.passed:
         return False
     if t == 0:
         return True
-    return o.speedup_vs_eager is not None and o.speedup_vs_eager > t
+    return o.speedup_vs_eager is not None and o.speedup_vs_eager >= t
 
 
 def fast_p(rows: Iterable[TrialRow], p: float) -> float | None:
-    """KernelBench's fast_p: the fraction of finished trials that pass with speedup vs eager > p (fast_0 = pass
-    rate). None when no trial finished."""
+    """KernelBench's fast_p: the fraction of finished trials that pass with speedup vs eager strictly > p (fast_0 =
+    pass rate). None when no trial finished. Strict where R@t is not: a 1.00x kernel is in R@1, not in fast_1."""
     outs = [outcome(r) for r in rows if is_finished(r)]
-    return sum(_beats(o, p) for o in outs) / len(outs) if outs else None
+    if not outs:
+        return None
+    return sum(o.passed and (p == 0 or (o.speedup_vs_eager is not None and o.speedup_vs_eager > p))
+               for o in outs) / len(outs)
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,7 @@ def geomean_speedup(rows: Iterable[TrialRow]) -> float | None:
 
 
 def ladder(rows: Iterable[TrialRow], thresholds: tuple[float, ...] = THRESHOLDS) -> Ladder:
-    """R@t for each t (fraction of finished trials passing with speedup > t; R@0 = pass rate) and the paper's S."""
+    """R@t for each t (fraction of finished trials passing with speedup >= t; R@0 = pass rate) and the paper's S."""
     rows = list(rows)
     done = [r for r in rows if is_finished(r)]
     outs = [outcome(r) for r in done]
@@ -208,11 +215,14 @@ def repeated_code(rows: Iterable[TrialRow], submissions: dict[str, list[dict]],
 # -- paired per problem: skill (or placebo) vs its solo counterpart -------------------------------------------
 @dataclass(frozen=True)
 class Pair:
-    """A treated (skill or placebo) trial and its solo counterpart: same run, model, problem, target DSL, replicate."""
+    """A treated (skill or placebo) trial and its solo counterpart: same run, model, problem, target DSL, replicate.
+    When the treated trial was skipped (its source wrote no skill) and counts as its base, `treated` is that trial
+    carrying its solo counterpart's result, and `base_stand_in` is True: nothing was transferred, so it ties."""
 
     treated: TrialRow
     solo: TrialRow
     comparison: Comparison  # treated versus solo
+    base_stand_in: bool = False
 
     @property
     def outcome(self) -> int:
@@ -227,31 +237,40 @@ def _solo_index(rows: list[TrialRow]) -> dict[tuple, TrialRow]:
     return {(r.run_id, r.model, r.problem, r.dsl, r.replicate): r for r in rows if r.arm == "solo"}
 
 
-def pair_trials(rows: Iterable[TrialRow], arm: str = "skill", min_margin: float = 0.0) -> list[Pair]:
-    """Every finished `arm` trial with its finished solo counterpart; trials without one are left out (see
-    `unpaired`). The run is part of the key, so pairs never cross runs."""
+def _counterpart(solo: dict[tuple, TrialRow], r: TrialRow) -> TrialRow | None:
+    s = solo.get((r.run_id, r.model, r.problem, r.dsl, r.replicate))
+    return s if s is not None and is_finished(s) else None
+
+
+def pair_trials(rows: Iterable[TrialRow], arm: str = "skill", min_margin: float = 0.0,
+                skipped_as_base: bool = True) -> list[Pair]:
+    """Every finished `arm` trial with its finished solo counterpart and, with `skipped_as_base` (the paper's rule),
+    every skipped one too, counted as its base (a tie, with the solo's result); trials without a finished
+    counterpart are left out (see `unpaired`). The run is part of the key, so pairs never cross runs."""
     rows = list(rows)
     solo = _solo_index(rows)
     pairs = []
     for r in rows:
-        if r.arm != arm or not is_finished(r):
+        if r.arm != arm:
             continue
-        s = solo.get((r.run_id, r.model, r.problem, r.dsl, r.replicate))
-        if s is not None and is_finished(s):
+        s = _counterpart(solo, r)
+        if s is None:
+            continue
+        if is_finished(r):
             pairs.append(Pair(r, s, compare(r, s, min_margin)))
+        elif skipped_as_base and r.status == "skipped":
+            stand_in = dataclasses.replace(r, status="finished", result=s.result)
+            pairs.append(Pair(stand_in, s, compare(stand_in, s, min_margin), base_stand_in=True))
     return pairs
 
 
-def unpaired(rows: Iterable[TrialRow], arm: str = "skill") -> int:
-    """How many `arm` trials have no finished pair (themselves unfinished, or their solo counterpart missing)."""
+def unpaired(rows: Iterable[TrialRow], arm: str = "skill", skipped_as_base: bool = True) -> int:
+    """How many `arm` trials `pair_trials` leaves out: unfinished (pending, running; skipped too unless
+    `skipped_as_base`), or without a finished solo counterpart."""
     rows = list(rows)
     solo = _solo_index(rows)
-    n = 0
-    for r in rows:
-        if r.arm == arm:
-            s = solo.get((r.run_id, r.model, r.problem, r.dsl, r.replicate))
-            n += not (is_finished(r) and s is not None and is_finished(s))
-    return n
+    return sum(r.arm == arm and not ((is_finished(r) or (skipped_as_base and r.status == "skipped"))
+                                     and _counterpart(solo, r) is not None) for r in rows)
 
 
 def solo_noise_pairs(rows: Iterable[TrialRow], baseline_replicate: int = 0, control_replicate: int | None = None,
@@ -328,21 +347,34 @@ def _empty_cells() -> dict[str, dict[str, int]]:
     return {s: {o: 0 for o in OUTCOME_NAMES.values()} for s in STANDING_NAMES.values()}
 
 
-def relative_standing(rows: Iterable[TrialRow], pairs: list[Pair], min_margin: float = 0.0) -> StandingTable:
-    """For each pair, its source solo (same run, model, problem and replicate, in the source DSL) compared with its
-    target solo by the same rule as `compare`: above means the skill came from a better solo than the target's."""
+def standings(rows: Iterable[TrialRow], pairs: list[Pair], min_margin: float = 0.0) -> list[int | None]:
+    """Each pair's standing: its source solo (same run, model, problem and replicate, in the source DSL) compared
+    with its target solo by the same rule as `compare`: +1 above (the skill came from a better solo than the
+    target's), 0 level, -1 below; None when the source solo is absent or unfinished."""
     solo = _solo_index(list(rows))
-    cells, split = _empty_cells(), {"source passed": _empty_cells(), "source failed": _empty_cells()}
-    missing = 0
+    out: list[int | None] = []
     for p in pairs:
         t = p.treated
         src = solo.get((t.run_id, t.model, t.problem, t.source_dsl, t.replicate))
-        if src is None or not is_finished(src):
+        out.append(compare(src, p.solo, min_margin).sign if src is not None and is_finished(src) else None)
+    return out
+
+
+def relative_standing(rows: Iterable[TrialRow], pairs: list[Pair], min_margin: float = 0.0) -> StandingTable:
+    """Pairs counted by standing (see `standings`) x paired outcome, overall and split by whether the source solo
+    passed."""
+    rows = list(rows)
+    solo = _solo_index(rows)
+    cells, split = _empty_cells(), {"source passed": _empty_cells(), "source failed": _empty_cells()}
+    missing = 0
+    for p, sign in zip(pairs, standings(rows, pairs, min_margin)):
+        if sign is None:
             missing += 1
             continue
-        standing = STANDING_NAMES[compare(src, p.solo, min_margin).sign]
-        name = OUTCOME_NAMES[p.outcome]
+        standing, name = STANDING_NAMES[sign], OUTCOME_NAMES[p.outcome]
         cells[standing][name] += 1
+        t = p.treated
+        src = solo[(t.run_id, t.model, t.problem, t.source_dsl, t.replicate)]
         split["source passed" if outcome(src).passed else "source failed"][standing][name] += 1
 
     def rate(standing: str, name: str) -> float | None:

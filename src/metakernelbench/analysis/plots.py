@@ -1,4 +1,4 @@
-"""The report's plots (matplotlib, Agg): one consistent colour per arm, titles and axis labels with units.
+"""The report's plots (matplotlib, Agg): one consistent colour per arm, neutral titles, axis labels with units.
 
 Each plot is drawn from the report dict (numbers already computed through metrics/stats) or from the pairs that
 `metrics` forms; a plot with nothing to show is not written.
@@ -19,8 +19,6 @@ from metakernelbench.store import TrialRow  # noqa: E402
 
 ARM_COLORS = {"solo": "#7f7f7f", "skill": "#1f77b4", "placebo": "#ff7f0e", "solo_control": "#2ca02c"}
 ARM_LABELS = {"solo": "solo", "skill": "skill", "placebo": "placebo", "solo_control": "solo vs solo (control)"}
-OUTCOME_STYLE = {"improved": dict(alpha=1.0, hatch=""), "tied": dict(alpha=0.35, hatch=""),
-                 "regressed": dict(alpha=0.75, hatch="//")}
 
 
 def _color(arm: str) -> str:
@@ -48,69 +46,84 @@ def ladders_plot(report: dict, path: Path) -> Path | None:
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("speedup threshold t (x over PyTorch eager)")
     ax.set_ylabel("R@t (fraction of finished trials)")
-    ax.set_title("R@t ladder per arm")
+    ax.set_title("R@t ladder per arm (share passing with speedup ≥ t)")
     ax.legend(fontsize=8)
     return _save(fig, path)
 
 
-def paired_outcome_plot(pairs: dict[str, list[m.Pair]], path: Path) -> Path | None:
-    """One row per model × direction of the skill arm (placebo and solo control of the same target alongside)."""
-    treated = pairs.get("skill") or pairs.get("placebo") or []
-    if not treated:
+def paired_lift_plot(pairs: dict[str, list[m.Pair]], report: dict, path: Path) -> Path | None:
+    """Figure 1: a heatmap, one row per model × direction of the skill arm (and per model × DSL of the solo control
+    beneath), one column per problem, coloured by the mean paired outcome over replicates."""
+    skill = pairs.get("skill") or []
+    if not skill:
         return None
-    cells = sorted({(p.treated.model, m.direction(p.treated), p.treated.dsl) for p in treated})
-    fig, axes = plt.subplots(len(cells), 1, figsize=(max(6, 0.6 * len({p.problem for p in treated}) + 3),
-                                                     2.6 * len(cells)), squeeze=False)
-    arms = [a for a in ("skill", "placebo", "solo_control") if pairs.get(a)]
-    width = 0.8 / len(arms)
-    for ax, (model, direction, target) in zip(axes[:, 0], cells):
-        def belongs(p: m.Pair, arm: str) -> bool:
-            if p.treated.model != model:
-                return False
-            return p.treated.dsl == target if arm == "solo_control" else m.direction(p.treated) == direction
-        problems = sorted({p.problem for a in arms for p in pairs[a] if belongs(p, a)})
-        x = np.arange(len(problems))
-        for i, arm in enumerate(arms):
-            by_problem: dict[str, list[int]] = {}  # one pass over the arm's pairs, not one per problem
-            for p in pairs[arm]:
-                if belongs(p, arm):
-                    by_problem.setdefault(p.problem, []).append(p.outcome)
-            mean = {prob: float(np.mean(by_problem[prob])) if by_problem.get(prob) else np.nan for prob in problems}
-            ax.bar(x + (i - (len(arms) - 1) / 2) * width, [mean[p] for p in problems], width, color=_color(arm),
-                   label=ARM_LABELS[arm])
-        ax.axhline(0, color="black", linewidth=0.6)
-        ax.set_xticks(x, problems, rotation=30, ha="right", fontsize=7)
-        ax.set_ylim(-1.1, 1.1)
-        ax.set_yticks([-1, 0, 1], ["regressed (-1)", "tied (0)", "improved (+1)"], fontsize=7)
-        ax.set_ylabel("paired outcome\n(mean over replicates)", fontsize=8)
-        ax.set_title(f"{model}: {direction}", fontsize=9)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    axes[-1, 0].set_xlabel("problem")
-    fig.suptitle("Paired outcome by problem (treated vs its solo)")
+    table = {(r["model"], r["direction"]): r for r in report["paired"]["skill"]["rows"]}
+    series: list[tuple[str, list[m.Pair]]] = []
+    for model in sorted({p.treated.model for p in skill}):
+        for direction in sorted({m.direction(p.treated) for p in skill if p.treated.model == model}):
+            lift = table[(model, direction)]["paired_outcome"]["estimate"]
+            series.append((f"{model}  {direction}  skill ({lift:+.0f}%)",
+                           [p for p in skill if p.treated.model == model and m.direction(p.treated) == direction]))
+        for dsl in sorted({p.treated.dsl for p in pairs.get("solo_control", []) if p.treated.model == model}):
+            ps = [p for p in pairs["solo_control"] if p.treated.model == model and p.treated.dsl == dsl]
+            lift = 100.0 * sum(p.outcome for p in ps) / len(ps)
+            series.append((f"{model}  {dsl}  solo control ({lift:+.0f}%)", ps))
+    problems = sorted({p.problem for _, ps in series for p in ps})
+    col = {prob: j for j, prob in enumerate(problems)}
+    total, count = np.zeros((len(series), len(problems))), np.zeros((len(series), len(problems)))
+    for i, (_, ps) in enumerate(series):
+        for p in ps:
+            total[i, col[p.problem]] += p.outcome
+            count[i, col[p.problem]] += 1
+    grid = np.ma.masked_where(count == 0, total / np.maximum(count, 1))
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="#cccccc")
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.14 * len(problems) + 4.5), 0.32 * len(series) + 2.4))
+    image = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_yticks(range(len(series)), [name for name, _ in series], fontsize=7)
+    ax.set_xticks(range(len(problems)), problems, rotation=90, fontsize=max(4, min(7, 400 // max(len(problems), 1))))
+    ax.set_xlabel("problem")
+    bar = fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01, ticks=[-1, 0, 1])
+    bar.ax.set_yticklabels(["regressed", "tied", "improved"], fontsize=7)
+    ax.set_title("Paired outcome by problem (mean over replicates; row label: paired outcome of the row)", fontsize=9)
     return _save(fig, path)
 
 
+OUTCOME_COLORS = {"improved": "#1b9e77", "tied": "#d9d9d9", "regressed": "#d95f02"}
+
+
 def standing_plot(report: dict, path: Path) -> Path | None:
-    tables = {a: t for a, t in report["standing"].items() if a != "skill_excess"}
-    if not tables:
+    """Figure 2: per model, the shares improved / tied / regressed by standing, the skill arm beside the solo
+    control in its place."""
+    by_model = (report.get("standing") or {}).get("by_model") or {}
+    if not by_model:
         return None
     standings = list(m.STANDING_NAMES.values())
-    arms = list(tables)
-    width = 0.8 / len(arms)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    x = np.arange(len(standings))
-    for i, arm in enumerate(arms):
-        bottom = np.zeros(len(standings))
-        for outcome_name, style in OUTCOME_STYLE.items():
-            h = np.array([tables[arm]["cells"][s][outcome_name] for s in standings], dtype=float)
-            ax.bar(x + (i - (len(arms) - 1) / 2) * width, h, width, bottom=bottom, color=_color(arm),
-                   edgecolor="black", linewidth=0.4, label=f"{ARM_LABELS[arm]}: {outcome_name}", **style)
-            bottom += h
-    ax.set_xticks(x, [f"source solo {s}\ntarget solo" for s in standings])
-    ax.set_ylabel("pairs (count)")
-    ax.set_xlabel("relative standing of the skill's source solo")
-    ax.set_title("Transfer by relative standing (stacked: improved / tied / regressed)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig, axes = plt.subplots(1, len(by_model), figsize=(4.2 * len(by_model) + 1.5, 3.8), squeeze=False, sharey=True)
+    for ax, (model, arms) in zip(axes[0], by_model.items()):
+        names = [a for a in ("skill", "solo_control") if a in arms]
+        width = 0.8 / len(names)
+        for i, arm in enumerate(names):
+            x = np.arange(len(standings)) + (i - (len(names) - 1) / 2) * width
+            totals = np.array([sum(arms[arm][s].values()) for s in standings], dtype=float)
+            bottom = np.zeros(len(standings))
+            for outcome_name, colour in OUTCOME_COLORS.items():
+                share = np.array([arms[arm][s][outcome_name] for s in standings]) / np.maximum(totals, 1)
+                ax.bar(x, share, width * 0.95, bottom=bottom, color=colour, edgecolor="black", linewidth=0.4,
+                       hatch="//" if arm == "solo_control" else "", label=outcome_name if i == 0 else None)
+                for xi, b, h in zip(x, bottom, share):
+                    if h >= 0.1 and outcome_name != "tied":
+                        ax.text(xi, b + h / 2, f"{100 * h:.0f}", ha="center", va="center", fontsize=6)
+                bottom += share
+            for xi, n in zip(x, totals):
+                ax.text(xi, 1.01, f"{'skill' if arm == 'skill' else 'ctrl'}\nn={n:.0f}", ha="center", va="bottom",
+                        fontsize=6)
+        ax.set_xticks(range(len(standings)), [f"source {s}" for s in standings], fontsize=8)
+        ax.set_ylim(0, 1.15)
+        ax.set_title(model, fontsize=9, pad=18)
+    axes[0, 0].set_ylabel("share of pairs")
+    axes[0, 0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=3, frameon=False)
+    fig.suptitle("Outcomes by the source solo's standing against the target's solo (hatched: solo control)",
+                 fontsize=9)
     return _save(fig, path)
 
 
@@ -147,7 +160,7 @@ def speed_scatter_plot(pairs: dict[str, list[m.Pair]], path: Path) -> Path | Non
         axis.set_minor_formatter(FuncFormatter(_minor_label))
     ax.set_xlabel("solo speedup vs PyTorch eager (x, log)")
     ax.set_ylabel("treated speedup vs PyTorch eager (x, log)")
-    ax.set_title("Solo vs skill speed (pairs correct in both)")
+    ax.set_title("Speed of pairs correct in both: treated vs its solo")
     ax.legend(fontsize=8)
     return _save(fig, path)
 
@@ -157,43 +170,41 @@ def regression_plot(report: dict, path: Path) -> Path | None:
     treated = [a for a in ("skill", "placebo") if a in paired]
     if not treated:
         return None
-    labels = sorted({(c["model"], c["direction"]) for a in treated for c in paired[a]["cells"]})
+    labels = sorted({(c["model"], c["direction"]) for a in treated for c in paired[a]["rows"]})
     x = np.arange(len(labels))
     width = 0.8 / len(treated)
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(labels) + 2), 4))
     for i, arm in enumerate(treated):
-        cells = {(c["model"], c["direction"]): c for c in paired[arm]["cells"]}
-        rate = [cells[k]["regression_rate"] if k in cells else np.nan for k in labels]
-        lo = [max(0.0, cells[k]["regression_rate"] - cells[k]["regression_rate_ci"]["low"]) if k in cells else 0
-              for k in labels]
-        hi = [max(0.0, cells[k]["regression_rate_ci"]["high"] - cells[k]["regression_rate"]) if k in cells else 0
-              for k in labels]
+        cells = {(c["model"], c["direction"]): c["regression_rate"] for c in paired[arm]["rows"]}
+        rate = [cells[k]["estimate"] / 100 if k in cells else np.nan for k in labels]
+        lo = [max(0.0, (cells[k]["estimate"] - cells[k]["low"]) / 100) if k in cells else 0 for k in labels]
+        hi = [max(0.0, (cells[k]["high"] - cells[k]["estimate"]) / 100) if k in cells else 0 for k in labels]
         ax.bar(x + (i - (len(treated) - 1) / 2) * width, rate, width, yerr=[lo, hi], capsize=3, color=_color(arm),
-               label=f"{arm} regression rate (95% Wilson)")
+               label=f"{arm} regression rate (95%, problem-clustered)")
     control = paired.get("solo_control")
     if control:
-        o = control["overall"]
-        ax.axhline(o["regression_rate"], color=_color("solo_control"), linestyle="--",
-                   label=f"noise floor: solo vs solo regression rate ({o['regression_rate']:.2f})")
-        ax.axhspan(o["regression_rate_ci"]["low"], o["regression_rate_ci"]["high"], color=_color("solo_control"),
-                   alpha=0.15, label="noise floor 95% Wilson interval")
+        o = control["overall"]["regression_rate"]
+        ax.axhline(o["estimate"] / 100, color=_color("solo_control"), linestyle="--",
+                   label=f"solo vs solo regression rate ({o['estimate'] / 100:.2f})")
+        ax.axhspan(o["low"] / 100, o["high"] / 100, color=_color("solo_control"), alpha=0.15,
+                   label="solo vs solo 95% interval")
     ax.set_xticks(x, [f"{mo}\n{d}" for mo, d in labels], fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("regression rate (fraction of pairs)")
     ax.set_xlabel("model, direction")
-    ax.set_title("Regression rate vs the solo-vs-solo noise floor")
+    ax.set_title("Regression rate per model and direction, and the solo-vs-solo rate")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return _save(fig, path)
 
 
-def make_plots(rows: list[TrialRow], report: dict, out: Path) -> dict[str, Path]:
-    """Write every plot that has data into `out`; name -> path."""
-    pairs = {"skill": m.pair_trials(rows, "skill"), "placebo": m.pair_trials(rows, "placebo"),
-             "solo_control": m.solo_noise_pairs(rows)}
+def make_plots(rows: list[TrialRow], report: dict, out: Path, min_margin: float = 0.0) -> dict[str, Path]:
+    """Write every plot that has data into `out`; name -> path. The pairs are formed as the report formed them."""
+    pairs = {"skill": m.pair_trials(rows, "skill", min_margin), "placebo": m.pair_trials(rows, "placebo", min_margin),
+             "solo_control": m.solo_noise_pairs(rows, min_margin=min_margin)}
     made = {
-        "ladders": ladders_plot(report, out / "ladders.png"),
-        "paired_outcome": paired_outcome_plot(pairs, out / "paired_outcome.png"),
+        "paired_lift": paired_lift_plot(pairs, report, out / "paired_lift.png"),
         "standing": standing_plot(report, out / "standing.png"),
+        "ladders": ladders_plot(report, out / "ladders.png"),
         "speed_scatter": speed_scatter_plot(pairs, out / "speed_scatter.png"),
         "regression_vs_noise": regression_plot(report, out / "regression_vs_noise.png"),
     }

@@ -49,6 +49,7 @@ class LiftRange:
     high: float  # per cell: quantile (1 + CONFIDENCE) / 2, %
     cells_low: float  # expected (mean over draws) minimum lift across the models_directions cells, %
     cells_high: float  # expected maximum lift across the cells, %
+    simultaneous: float  # ± this much holds every one of the cells in CONFIDENCE of runs (max |lift| quantile), %
     mean: float  # mean lift over every cell and draw: ≈ 0 under no transfer
     sd: float  # standard deviation of one cell's lift, %
     disagreement: float  # simulated share of solo-vs-solo replicate pairs not tied (≈ TARGET_DISAGREEMENT)
@@ -95,7 +96,8 @@ def calibrate(target: float = TARGET_DISAGREEMENT, low: float = 0.05, high: floa
 def no_transfer_lift_range(problems: int, replicates: int, models_directions: int = 12, draws: int = 2000,
                            seed: int = 0, sigma: float = SIGMA) -> LiftRange:
     """Simulate `draws` runs of `problems` × `replicates` pairs in each of `models_directions` cells with no
-    transfer; return the per-cell central 95% lift range and the expected min..max across the cells (in %)."""
+    transfer; return the per-cell central 95% lift range, the expected min..max across the cells, and the band that
+    holds all the cells at once in 95% of runs (in %): a lift outside that band is beyond noise for the whole run."""
     if problems < 1 or replicates < 1 or models_directions < 1 or draws < 2:
         raise ValueError(f"need problems, replicates, models_directions >= 1 and draws >= 2; got {problems}, "
                          f"{replicates}, {models_directions}, {draws}")
@@ -117,7 +119,8 @@ def no_transfer_lift_range(problems: int, replicates: int, models_directions: in
     alpha = (1 - CONFIDENCE) / 2
     lo, hi = np.quantile(lifts, [alpha, 1 - alpha])
     return LiftRange(problems, replicates, models_directions, draws, seed, float(lo), float(hi),
-                     float(lifts.min(axis=1).mean()), float(lifts.max(axis=1).mean()), float(lifts.mean()),
+                     float(lifts.min(axis=1).mean()), float(lifts.max(axis=1).mean()),
+                     float(np.quantile(np.abs(lifts).max(axis=1), CONFIDENCE)), float(lifts.mean()),
                      float(lifts.std()), 1.0 - ties / total, sigma)
 
 

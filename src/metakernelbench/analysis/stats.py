@@ -1,4 +1,4 @@
-"""Uncertainty for the metrics: Wilson intervals, problem-level bootstrap, exact McNemar, Wilcoxon, Holm, sign flips.
+"""Uncertainty for the metrics: Wilson intervals, problem bootstrap, exact McNemar, Wilcoxon, Holm, exact sign flips.
 
 Pure functions with fixed seeds, so a report is reproducible to the digit. Problems, not pairs, are the unit of
 resampling: the replicates and directions of one problem share its difficulty and are not independent.
@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence, TypeVar
 
 import numpy as np
+from scipy import signal as _sig
 from scipy import stats as _st
 
-from metakernelbench.analysis.metrics import THRESHOLDS, Pair, _beats, is_finished, outcome, summarise_pairs
+from metakernelbench.analysis.metrics import Pair, outcome
 
 T = TypeVar("T")
 
@@ -41,23 +42,33 @@ def wilson(successes: int, n: int, confidence: float = 0.95) -> Interval:
         raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
     if n == 0:
         return Interval(None, None, None, confidence)
+    return _wilson(successes / n, float(n), confidence)
+
+
+def _wilson(p: float, n: float, confidence: float) -> Interval:
+    """Wilson's interval for an observed share p of n (n may be an effective, fractional count)."""
     z = _z(confidence)
-    p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    half = z * math.sqrt(max(0.0, p * (1 - p)) / n + z * z / (4 * n * n)) / denom
     # At 0/n and n/n the bound is exactly 0 or 1; computed, it comes out a rounding error inside (2.8e-17 at 0/6).
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
+    low = 0.0 if p == 0 else max(0.0, centre - half)
+    high = 1.0 if p == 1 else min(1.0, centre + half)
     return Interval(p, low, high, confidence)
 
 
 # -- bootstrap over problems ----------------------------------------------------------------------------------
+def _draws(k: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, k) problem indices: resample b draws k problems with replacement. Every bootstrap here draws these."""
+    return np.random.default_rng(seed).integers(0, k, size=(n_boot, k))
+
+
 def bootstrap_ci(items: Sequence[T], statistic: Callable[[list[T]], float | None],
                  cluster: Callable[[T], Hashable] = lambda p: p.problem, n_boot: int = 2000,
                  confidence: float = 0.95, seed: int = 0) -> Interval:
     """Percentile interval of `statistic` when whole problems (all their items together) are resampled with
-    replacement; a resample on which the statistic is None is dropped."""
+    replacement; a resample on which the statistic is None is dropped. The definition; `Resampler` computes the
+    same resamples of ratio-of-sums statistics at once."""
     groups: dict[Hashable, list[T]] = defaultdict(list)
     for it in items:
         groups[cluster(it)].append(it)
@@ -65,77 +76,80 @@ def bootstrap_ci(items: Sequence[T], statistic: Callable[[list[T]], float | None
     estimate = statistic(list(items)) if items else None
     if not keys:
         return Interval(None, None, None, confidence)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(keys), size=(n_boot, len(keys)))
     values = []
-    for row in draws:
+    for row in _draws(len(keys), n_boot, seed):
         v = statistic([it for i in row for it in groups[keys[i]]])
         if v is not None:
             values.append(v)
-    if not values:
+    return percentile(estimate, np.array(values, dtype=float), confidence)
+
+
+def percentile(estimate: float | None, values: np.ndarray, confidence: float = 0.95) -> Interval:
+    """The (1 - c)/2 and (1 + c)/2 quantiles of resampled values, NaN (a resample without the statistic) dropped."""
+    values = values[~np.isnan(values)]
+    if estimate is None or values.size == 0:
         return Interval(estimate, None, None, confidence)
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(values, [alpha, 1 - alpha])
     return Interval(estimate, float(lo), float(hi), confidence)
 
 
-def bootstrap_lift_s_ci(pairs: Sequence[Pair], n_boot: int = 2000, confidence: float = 0.95,
-                        seed: int = 0) -> Interval:
-    """`bootstrap_ci(pairs, lambda ps: summarise_pairs(ps).lift_s, ...)`, vectorised and equal to it to the bit:
-    the same seeded draws of problems; each resample's R@t is its problems' summed counts of trials beating t over
-    their summed pair counts, and S and the lift follow in the same floating-point order as `metrics.ladder`."""
-    pairs = list(pairs)
-    if not all(is_finished(p.treated) and is_finished(p.solo) for p in pairs):  # pairs are finished; if not, as is
-        return bootstrap_ci(pairs, lambda ps: summarise_pairs(ps).lift_s, n_boot=n_boot, confidence=confidence,
-                            seed=seed)
-    groups: dict[Hashable, list[Pair]] = defaultdict(list)
-    for p in pairs:
-        groups[p.problem].append(p)
-    keys = sorted(groups, key=repr)
-    estimate = summarise_pairs(pairs).lift_s if pairs else None
+@dataclass(frozen=True)
+class Resampler:
+    """Per-problem sums of per-pair columns and their problem-bootstrap resamples (the draws of `bootstrap_ci`).
+    Every statistic of the report is a ratio of two such sums (a rate, a mean, a lift), so one matrix product
+    resamples all of them together: paired statistics of two arms over the same problems move as one."""
+
+    problems: tuple[Hashable, ...]
+    columns: tuple[str, ...]
+    sums: np.ndarray  # (problems, columns)
+    boot: np.ndarray  # (n_boot, columns): the column sums of each resample
+
+    def total(self, column: str) -> float:
+        return float(self.sums[:, self.columns.index(column)].sum())
+
+    def ratio(self, num: str, den: str) -> tuple[float | None, np.ndarray]:
+        """sum(num) / sum(den) and its resampled values (NaN where a resample's denominator is 0)."""
+        i, j = self.columns.index(num), self.columns.index(den)
+        d = self.total(den)
+        estimate = self.total(num) / d if d else None
+        den_b = self.boot[:, j]
+        values = np.full(den_b.shape, np.nan)
+        np.divide(self.boot[:, i], den_b, out=values, where=den_b > 0)
+        return estimate, values
+
+
+def resampler(clusters: Sequence[Hashable], columns: dict[str, Sequence[float]], n_boot: int = 2000,
+              seed: int = 0) -> Resampler:
+    """Sum every column per problem (`clusters` names each item's problem) and resample the problems."""
+    keys = sorted(set(clusters), key=repr)
+    names = tuple(columns)
+    index = {k: i for i, k in enumerate(keys)}
+    idx = np.fromiter((index[c] for c in clusters), dtype=np.int64, count=len(clusters))
+    sums = np.zeros((len(keys), len(names)))
+    for j, name in enumerate(names):
+        sums[:, j] = np.bincount(idx, weights=np.asarray(columns[name], dtype=float), minlength=len(keys))
     if not keys:
+        return Resampler((), names, sums, np.zeros((0, len(names))))
+    draws = _draws(len(keys), n_boot, seed)
+    counts = np.zeros((n_boot, len(keys)))
+    np.add.at(counts, (np.repeat(np.arange(n_boot), len(keys)), draws.ravel()), 1.0)
+    return Resampler(tuple(keys), names, sums, counts @ sums)
+
+
+def cluster_rate_interval(estimate: float | None, values: np.ndarray, n: int, problems: int,
+                          confidence: float = 0.95) -> Interval:
+    """A rate's interval that respects that pairs of one problem are correlated: the Wilson interval on the
+    effective number of independent pairs, n_eff = p(1 - p) / (problem-bootstrap variance of the rate), at most n;
+    at 0/n or n/n, where the variance is 0, n_eff = the number of problems. Wilson keeps the bounds honest near 0
+    and 1, where a percentile interval collapses to a point."""
+    if estimate is None or n == 0:
         return Interval(None, None, None, confidence)
-    counts = np.array([len(groups[k]) for k in keys], dtype=np.int64)
-    beats = {side: np.array([[sum(_beats(outcome(getattr(p, side)), t) for p in groups[k]) for t in THRESHOLDS]
-                             for k in keys], dtype=np.int64) for side in ("treated", "solo")}
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(keys), size=(n_boot, len(keys)))
-    n = counts[draws].sum(axis=1)
-
-    def s_of(b: np.ndarray) -> np.ndarray:
-        hits = b[draws].sum(axis=1)  # (n_boot, thresholds): exact integer counts
-        total = hits[:, 0] / n
-        for j in range(1, len(THRESHOLDS)):
-            total = total + hits[:, j] / n
-        return 100.0 * total / len(THRESHOLDS)
-
-    values = s_of(beats["treated"]) - s_of(beats["solo"])
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(values, [alpha, 1 - alpha])
-    return Interval(estimate, float(lo), float(hi), confidence)
-
-
-def bootstrap_mean_ci(values: Sequence[float], clusters: Sequence[Hashable], n_boot: int = 2000,
-                      confidence: float = 0.95, seed: int = 0) -> Interval:
-    """The same problem bootstrap for the pooled mean of per-pair values (e.g. paired outcomes), vectorised: a
-    resample's mean is its problems' summed values over their summed counts."""
-    if len(values) != len(clusters):
-        raise ValueError("values and clusters must have the same length")
-    if not values:
-        return Interval(None, None, None, confidence)
-    sums: dict[Hashable, float] = defaultdict(float)
-    counts: dict[Hashable, int] = defaultdict(int)
-    for v, c in zip(values, clusters):
-        sums[c] += v
-        counts[c] += 1
-    keys = sorted(sums, key=repr)
-    s, n = np.array([sums[k] for k in keys]), np.array([counts[k] for k in keys])
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(keys), size=(n_boot, len(keys)))
-    means = s[draws].sum(axis=1) / n[draws].sum(axis=1)
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(means, [alpha, 1 - alpha])
-    return Interval(float(np.mean(values)), float(lo), float(hi), confidence)
+    values = values[~np.isnan(values)]
+    var = float(values.var()) if values.size > 1 else 0.0
+    p = estimate
+    n_eff = min(float(n), p * (1 - p) / var) if var > 0 and 0 < p < 1 else float(min(n, problems))
+    return _wilson(p, n_eff, confidence)
 
 
 # -- tests on pairs -------------------------------------------------------------------------------------------
@@ -177,7 +191,12 @@ class Wilcoxon:
 def wilcoxon_speed(pairs: Sequence[Pair]) -> Wilcoxon:
     """Speed of the pairs where both trials are correct; exact ties (ratio 0) are dropped, as in Wilcoxon's
     original test."""
-    ratios = [p.comparison.log_ratio for p in pairs if p.comparison.log_ratio is not None]
+    return wilcoxon_ratios([p.comparison.log_ratio for p in pairs if p.comparison.log_ratio is not None])
+
+
+def wilcoxon_ratios(ratios: Sequence[float]) -> Wilcoxon:
+    """`wilcoxon_speed` on the log ratios themselves."""
+    ratios = [float(r) for r in ratios]
     if not ratios:
         return Wilcoxon(0, None, None, None)
     median = float(np.median(ratios))
@@ -202,32 +221,45 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class SignFlip:
-    """The noise range of the mean paired outcome under no transfer, and where the observed mean falls."""
+    """The noise range of a mean of paired differences under no transfer, and where the observed mean falls."""
 
     observed: float | None
-    low: float | None  # quantile (1 - confidence) / 2 of the flipped means
+    low: float | None  # quantile (1 - confidence) / 2 of the sign-flip distribution of the mean
     high: float | None  # quantile (1 + confidence) / 2
-    p_value: float | None  # two-sided: share of flipped means with |mean| >= |observed|
+    p_value: float | None  # two-sided: P(|flipped sum| >= |observed sum|)
     confidence: float
 
 
-def sign_flip_range(outcomes: Sequence[float], n_perm: int = 10000, confidence: float = 0.95,
-                    seed: int = 0) -> SignFlip:
-    """Under no transfer a pair is as likely to improve as to regress, so each pair's outcome sign is flipped at
-    random; the central range of the resulting means is what chance alone produces. A lift must leave it."""
-    x = np.asarray(outcomes, dtype=float)
+def _sign_flip_pmf(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Exact distribution of sum(eps_i * x_i), eps_i independent fair signs, for integer x: (pmf, offset), pmf[j]
+    the probability of the sum j - offset. Each magnitude a held by k values adds a * (2 * Binomial(k, 1/2) - k)."""
+    mags, counts = np.unique(np.abs(x[x != 0]), return_counts=True)
+    pmf, offset = np.ones(1), 0
+    for a, k in zip(mags.astype(int), counts):
+        part = np.zeros(2 * a * k + 1)
+        part[::2 * a] = _st.binom.pmf(np.arange(k + 1), k, 0.5)
+        big = pmf.size * part.size > 4_000_000  # direct convolution is exact; FFT is the fast one for long sums
+        pmf = np.clip(_sig.fftconvolve(pmf, part), 0, None) if big else np.convolve(pmf, part)
+        offset += a * k
+    return pmf / pmf.sum(), offset
+
+
+def sign_flip_range(values: Sequence[float], confidence: float = 0.95) -> SignFlip:
+    """Under no transfer the two trials of a pair are exchangeable, so each paired difference is as likely to have
+    either sign: the exact distribution of the mean over all 2^n sign flips is what chance alone produces (for
+    +1/0/-1 outcomes, the exact sign test). A lift must leave its central range. Integer differences only."""
+    x = np.asarray(values, dtype=float)
     if x.size == 0:
         return SignFlip(None, None, None, None, confidence)
-    rng = np.random.default_rng(seed)
-    bits = rng.integers(0, 2, size=(n_perm, x.size))
-    # (bits * 2 - 1) * x row-mean, a block of rows at a time: each row's mean is the same computation, without two
-    # more n_perm × n temporaries (the bulk of the time on a large run)
-    means = np.empty(n_perm)
-    step = max(1, (1 << 22) // x.size)
-    for i in range(0, n_perm, step):
-        means[i:i + step] = ((bits[i:i + step] * 2 - 1) * x).mean(axis=1)
-    observed = float(x.mean())
+    if not np.all(x == np.round(x)):
+        raise ValueError("sign_flip_range takes integer paired differences (outcomes +1/0/-1, or their differences)")
+    x = x.astype(np.int64)
+    pmf, offset = _sign_flip_pmf(x)
+    support = np.arange(pmf.size) - offset
+    cdf = np.cumsum(pmf)
     alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(means, [alpha, 1 - alpha])
-    p = float((np.sum(np.abs(means) >= abs(observed) - 1e-12) + 1) / (n_perm + 1))
-    return SignFlip(observed, float(lo), float(hi), p, confidence)
+    lo = support[min(np.searchsorted(cdf, alpha - 1e-12), pmf.size - 1)]
+    hi = support[min(np.searchsorted(cdf, 1 - alpha - 1e-12), pmf.size - 1)]
+    total = int(x.sum())
+    p = float(min(1.0, pmf[np.abs(support) >= abs(total)].sum()))
+    return SignFlip(total / x.size, float(lo) / x.size, float(hi) / x.size, p, confidence)
