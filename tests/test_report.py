@@ -152,7 +152,8 @@ def test_verdicts_and_standing(full):
     assert over_ctl["low"] <= over_ctl["excess"] <= over_ctl["high"]
     assert ex[("over_solo_control", "above", "improve_rate")]["excess"] is None  # nothing stood above
     assert rep["standing"]["caveat"] is None and rep["standing"]["by_model"]["m"]["skill"] == sk["cells"]
-    assert rep["standing"]["sentences"]["over_solo_control"].startswith("No pairs of both arms stood above")
+    sentence = rep["standing"]["sentences"]["over_solo_control"]
+    assert sentence.startswith("Against the solo control in the skill arm's place: no pairs of both arms stood above")
 
 
 def test_every_field_has_a_legend_entry(full):

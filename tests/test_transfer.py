@@ -132,4 +132,5 @@ def test_standing_without_transfer_is_regression_to_the_mean():
     assert covered >= 0.9 * 40
     assert 35 < np.mean(above_rates) < 60
     sentence = tr.excess_sentence(excess, "solo control in the skill arm's place")
-    assert sentence.startswith("Where the source solo stood above") and "95% CI" in sentence
+    assert sentence.startswith("Against the solo control in the skill arm's place: where the source solo stood above")
+    assert "95% CI" in sentence

@@ -85,7 +85,11 @@ class Ladder:
 
 def geomean_speedup(rows: Iterable[TrialRow]) -> float | None:
     """exp(mean ln speedup) over passing trials with a measured speedup: the speed of what works, ratio-fair."""
-    logs = [math.log(o.speedup_vs_eager) for o in (outcome(r) for r in rows if is_finished(r))
+    return _geomean(outcome(r) for r in rows if is_finished(r))
+
+
+def _geomean(outs: Iterable[TrialOutcome]) -> float | None:
+    logs = [math.log(o.speedup_vs_eager) for o in outs
             if o.passed and o.speedup_vs_eager is not None and o.speedup_vs_eager > 0]
     return math.exp(sum(logs) / len(logs)) if logs else None
 
@@ -93,14 +97,13 @@ def geomean_speedup(rows: Iterable[TrialRow]) -> float | None:
 def ladder(rows: Iterable[TrialRow], thresholds: tuple[float, ...] = THRESHOLDS) -> Ladder:
     """R@t for each t (fraction of finished trials passing with speedup >= t; R@0 = pass rate) and the paper's S."""
     rows = list(rows)
-    done = [r for r in rows if is_finished(r)]
-    outs = [outcome(r) for r in done]
+    outs = [outcome(r) for r in rows if is_finished(r)]
     n = len(outs)
     if n == 0:
         return Ladder(0, len(rows), 0, {}, None, None)
     r_at = {t: sum(_beats(o, t) for o in outs) / n for t in thresholds}
     return Ladder(n, len(rows) - n, sum(o.passed for o in outs), r_at, 100.0 * sum(r_at.values()) / len(r_at),
-                  geomean_speedup(done))
+                  _geomean(outs))
 
 
 def direction(row: TrialRow) -> str:
@@ -360,22 +363,32 @@ def standings(rows: Iterable[TrialRow], pairs: list[Pair], min_margin: float = 0
     return out
 
 
-def relative_standing(rows: Iterable[TrialRow], pairs: list[Pair], min_margin: float = 0.0) -> StandingTable:
-    """Pairs counted by standing (see `standings`) x paired outcome, overall and split by whether the source solo
-    passed."""
+def standing_cells(pairs: list[Pair], signs: list[int | None]) -> dict[str, dict[str, int]]:
+    """Pairs counted by standing x paired outcome, given each pair's standing (`standings`); None left out."""
+    cells = _empty_cells()
+    for p, sign in zip(pairs, signs):
+        if sign is not None:
+            cells[STANDING_NAMES[sign]][OUTCOME_NAMES[p.outcome]] += 1
+    return cells
+
+
+def relative_standing(rows: Iterable[TrialRow], pairs: list[Pair], min_margin: float = 0.0,
+                      signs: list[int | None] | None = None) -> StandingTable:
+    """Pairs counted by standing x paired outcome, overall and split by whether the source solo passed; `signs`:
+    the pairs' `standings`, when the caller has them already."""
     rows = list(rows)
     solo = _solo_index(rows)
-    cells, split = _empty_cells(), {"source passed": _empty_cells(), "source failed": _empty_cells()}
-    missing = 0
-    for p, sign in zip(pairs, standings(rows, pairs, min_margin)):
+    signs = standings(rows, pairs, min_margin) if signs is None else signs
+    cells = standing_cells(pairs, signs)
+    split = {"source passed": _empty_cells(), "source failed": _empty_cells()}
+    for p, sign in zip(pairs, signs):
         if sign is None:
-            missing += 1
             continue
-        standing, name = STANDING_NAMES[sign], OUTCOME_NAMES[p.outcome]
-        cells[standing][name] += 1
         t = p.treated
         src = solo[(t.run_id, t.model, t.problem, t.source_dsl, t.replicate)]
-        split["source passed" if outcome(src).passed else "source failed"][standing][name] += 1
+        split["source passed" if outcome(src).passed else "source failed"][STANDING_NAMES[sign]][
+            OUTCOME_NAMES[p.outcome]] += 1
+    missing = sum(sign is None for sign in signs)
 
     def rate(standing: str, name: str) -> float | None:
         total = sum(cells[standing].values())

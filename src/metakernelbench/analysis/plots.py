@@ -15,7 +15,6 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from metakernelbench.analysis import metrics as m  # noqa: E402
-from metakernelbench.store import TrialRow  # noqa: E402
 
 ARM_COLORS = {"solo": "#7f7f7f", "skill": "#1f77b4", "placebo": "#ff7f0e", "solo_control": "#2ca02c"}
 ARM_LABELS = {"solo": "solo", "skill": "skill", "placebo": "placebo", "solo_control": "solo vs solo (control)"}
@@ -51,24 +50,34 @@ def ladders_plot(report: dict, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _problem_label(problem: str) -> str:
+    """'attention/03_flash_fwd' -> '03': the problem's number (its stem when it has none), short enough for 74."""
+    stem = problem.rsplit("/", 1)[-1]
+    digits = stem.split("_", 1)[0]
+    return digits if digits.isdigit() else stem
+
+
 def paired_lift_plot(pairs: dict[str, list[m.Pair]], report: dict, path: Path) -> Path | None:
     """Figure 1: a heatmap, one row per model × direction of the skill arm (and per model × DSL of the solo control
-    beneath), one column per problem, coloured by the mean paired outcome over replicates."""
+    beneath), one column per problem grouped by family, coloured by the mean paired outcome over replicates."""
     skill = pairs.get("skill") or []
     if not skill:
         return None
     table = {(r["model"], r["direction"]): r for r in report["paired"]["skill"]["rows"]}
     series: list[tuple[str, list[m.Pair]]] = []
+    model_starts = []
     for model in sorted({p.treated.model for p in skill}):
+        model_starts.append(len(series))
         for direction in sorted({m.direction(p.treated) for p in skill if p.treated.model == model}):
-            lift = table[(model, direction)]["paired_outcome"]["estimate"]
-            series.append((f"{model}  {direction}  skill ({lift:+.0f}%)",
+            row = table[(model, direction)]
+            series.append((f"{model}  {direction}  skill: {row['paired_outcome']['estimate']:+.0f}% of "
+                           f"{row['pairs']}",
                            [p for p in skill if p.treated.model == model and m.direction(p.treated) == direction]))
         for dsl in sorted({p.treated.dsl for p in pairs.get("solo_control", []) if p.treated.model == model}):
             ps = [p for p in pairs["solo_control"] if p.treated.model == model and p.treated.dsl == dsl]
-            lift = 100.0 * sum(p.outcome for p in ps) / len(ps)
-            series.append((f"{model}  {dsl}  solo control ({lift:+.0f}%)", ps))
-    problems = sorted({p.problem for _, ps in series for p in ps})
+            series.append((f"{model}  {dsl}  solo control: {100.0 * sum(p.outcome for p in ps) / len(ps):+.0f}% of "
+                           f"{len(ps)}", ps))
+    problems = sorted({p.problem for _, ps in series for p in ps})  # ids sort by family first
     col = {prob: j for j, prob in enumerate(problems)}
     total, count = np.zeros((len(series), len(problems))), np.zeros((len(series), len(problems)))
     for i, (_, ps) in enumerate(series):
@@ -77,14 +86,23 @@ def paired_lift_plot(pairs: dict[str, list[m.Pair]], report: dict, path: Path) -
             count[i, col[p.problem]] += 1
     grid = np.ma.masked_where(count == 0, total / np.maximum(count, 1))
     cmap = plt.get_cmap("RdBu").with_extremes(bad="#cccccc")
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.14 * len(problems) + 4.5), 0.32 * len(series) + 2.4))
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.13 * len(problems) + 5.0), 0.3 * len(series) + 2.2))
     image = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     ax.set_yticks(range(len(series)), [name for name, _ in series], fontsize=7)
-    ax.set_xticks(range(len(problems)), problems, rotation=90, fontsize=max(4, min(7, 400 // max(len(problems), 1))))
-    ax.set_xlabel("problem")
+    ax.set_xticks(range(len(problems)), [_problem_label(q) for q in problems], rotation=90, fontsize=6)
+    for start in model_starts[1:]:
+        ax.axhline(start - 0.5, color="black", linewidth=1.2)
+    families = [q.split("/", 1)[0] for q in problems]
+    edges = [j for j in range(1, len(problems)) if families[j] != families[j - 1]]
+    for j in edges:
+        ax.axvline(j - 0.5, color="black", linewidth=0.8)
+    for lo, hi in zip([0] + edges, edges + [len(problems)]):
+        ax.text((lo + hi - 1) / 2, -0.7, families[lo], ha="center", va="bottom", fontsize=7)
+    ax.set_xlabel("problem (number), grouped by family")
     bar = fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01, ticks=[-1, 0, 1])
     bar.ax.set_yticklabels(["regressed", "tied", "improved"], fontsize=7)
-    ax.set_title("Paired outcome by problem (mean over replicates; row label: paired outcome of the row)", fontsize=9)
+    ax.set_title("Paired outcome by problem, mean over replicates (row label: the row's paired outcome, of its pairs)",
+                 fontsize=9, pad=16)
     return _save(fig, path)
 
 
@@ -98,8 +116,13 @@ def standing_plot(report: dict, path: Path) -> Path | None:
     if not by_model:
         return None
     standings = list(m.STANDING_NAMES.values())
-    fig, axes = plt.subplots(1, len(by_model), figsize=(4.2 * len(by_model) + 1.5, 3.8), squeeze=False, sharey=True)
-    for ax, (model, arms) in zip(axes[0], by_model.items()):
+    ncols = min(3, len(by_model))
+    nrows = -(-len(by_model) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols + 0.8, 3.6 * nrows + 0.6), squeeze=False,
+                             sharey=True)
+    for ax in axes.flat[len(by_model):]:
+        ax.set_visible(False)
+    for ax, (model, arms) in zip(axes.flat, by_model.items()):
         names = [a for a in ("skill", "solo_control") if a in arms]
         width = 0.8 / len(names)
         for i, arm in enumerate(names):
@@ -112,16 +135,18 @@ def standing_plot(report: dict, path: Path) -> Path | None:
                        hatch="//" if arm == "solo_control" else "", label=outcome_name if i == 0 else None)
                 for xi, b, h in zip(x, bottom, share):
                     if h >= 0.1 and outcome_name != "tied":
-                        ax.text(xi, b + h / 2, f"{100 * h:.0f}", ha="center", va="center", fontsize=6)
+                        ax.text(xi, b + h / 2, f"{100 * h:.0f}%", ha="center", va="center", fontsize=7,
+                                bbox=dict(facecolor="white", alpha=0.8, pad=0.6, linewidth=0))
                 bottom += share
             for xi, n in zip(x, totals):
                 ax.text(xi, 1.01, f"{'skill' if arm == 'skill' else 'ctrl'}\nn={n:.0f}", ha="center", va="bottom",
                         fontsize=6)
         ax.set_xticks(range(len(standings)), [f"source {s}" for s in standings], fontsize=8)
         ax.set_ylim(0, 1.15)
-        ax.set_title(model, fontsize=9, pad=18)
-    axes[0, 0].set_ylabel("share of pairs")
-    axes[0, 0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=3, frameon=False)
+        ax.set_title(model, fontsize=9, pad=20, loc="right")
+    for row in axes:
+        row[0].set_ylabel("share of pairs")
+    axes[0, 0].legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=3, frameon=False)
     fig.suptitle("Outcomes by the source solo's standing against the target's solo (hatched: solo control)",
                  fontsize=9)
     return _save(fig, path)
@@ -144,7 +169,9 @@ def speed_scatter_plot(pairs: dict[str, list[m.Pair]], path: Path) -> Path | Non
         pts = [(a, b) for a, b in pts if a and b and a > 0 and b > 0]
         if pts:
             xs, ys = zip(*pts)
-            ax.scatter(xs, ys, color=_color(arm), label=f"{arm} (n = {len(pts)})", alpha=0.8)
+            crowded = len(pts) > 300  # thousands of pairs: small, see-through points so both arms show
+            ax.scatter(xs, ys, color=_color(arm), label=f"{arm} (n = {len(pts)})", alpha=0.3 if crowded else 0.8,
+                       s=6 if crowded else 20, linewidths=0)
             values += list(xs) + list(ys)
     if not values:
         plt.close(fig)
@@ -197,10 +224,8 @@ def regression_plot(report: dict, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def make_plots(rows: list[TrialRow], report: dict, out: Path, min_margin: float = 0.0) -> dict[str, Path]:
-    """Write every plot that has data into `out`; name -> path. The pairs are formed as the report formed them."""
-    pairs = {"skill": m.pair_trials(rows, "skill", min_margin), "placebo": m.pair_trials(rows, "placebo", min_margin),
-             "solo_control": m.solo_noise_pairs(rows, min_margin=min_margin)}
+def make_plots(pairs: dict[str, list[m.Pair]], report: dict, out: Path) -> dict[str, Path]:
+    """Write every plot that has data into `out`; name -> path. `pairs`: the report's own, per arm."""
     made = {
         "paired_lift": paired_lift_plot(pairs, report, out / "paired_lift.png"),
         "standing": standing_plot(report, out / "standing.png"),

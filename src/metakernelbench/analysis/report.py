@@ -104,31 +104,33 @@ def _verdict(row: dict, cells: int, alpha: float) -> dict:
     return {"model": row["model"], "direction": row["direction"], "distinguishable": beats, "statement": text}
 
 
-def _standing(rows: list[TrialRow], pairs: list[m.Pair], min_margin: float) -> dict:
-    t = m.relative_standing(rows, pairs, min_margin)
+def _standing(rows: list[TrialRow], pairs: list[m.Pair], min_margin: float, signs: list[int | None]) -> dict:
+    t = m.relative_standing(rows, pairs, min_margin, signs)
     return {"cells": t.cells, "improve_rate": t.improve_rate, "regress_rate": t.regress_rate,
             "by_source": t.by_source, "missing_source": t.missing_source}
 
 
-def _standing_section(rows: list[TrialRow], pairs: dict[str, list[m.Pair]], min_margin: float, n_boot: int) -> dict:
+def _standing_section(rows: list[TrialRow], pairs: dict[str, list[m.Pair]], signs: dict[str, list[int | None]],
+                      min_margin: float, n_boot: int) -> dict:
     """Standing tables of the skill arm, the placebo arm and the solo control put in the skill arm's place; the skill
     arm's excess over each, with problem-bootstrap intervals and a sentence; the caveat when there is no control."""
     skill = pairs["skill"]
     arms = {"skill": skill, "placebo": pairs["placebo"],
             "solo_control": tr.control_in_place(skill, pairs["solo_control"])}
     arms = {a: ps for a, ps in arms.items() if ps}
-    out: dict[str, Any] = {a: _standing(rows, ps, min_margin) for a, ps in arms.items()}
-    place = {a: m.standings(rows, ps, min_margin) for a, ps in arms.items()}
+    place = {a: signs[a] if a in signs else m.standings(rows, ps, min_margin) for a, ps in arms.items()}
+    out: dict[str, Any] = {a: _standing(rows, ps, min_margin, place[a]) for a, ps in arms.items()}
     names = {"placebo": "placebo arm", "solo_control": "solo control in the skill arm's place"}
     out["excess"] = {f"over_{a}": tr.standing_excess(skill, place["skill"], arms[a], place[a], n_boot, CONFIDENCE)
                      for a in ("placebo", "solo_control") if a in arms}
     out["sentences"] = {k: tr.excess_sentence(v, names[k[5:]]) for k, v in out["excess"].items()}
     out["caveat"] = None if "solo_control" in arms else tr.NO_CONTROL_CAVEAT
-    by_model: dict[str, dict] = {}
-    for model in sorted({p.treated.model for p in skill}):
-        by_model[model] = {a: m.relative_standing(rows, [p for p in ps if p.treated.model == model], min_margin).cells
-                           for a, ps in arms.items() if a != "placebo"}
-    out["by_model"] = by_model
+    def cells_of(arm: str, model: str) -> dict:
+        kept = [(p, x) for p, x in zip(arms[arm], place[arm]) if p.treated.model == model]
+        return m.standing_cells([p for p, _ in kept], [x for _, x in kept])
+
+    out["by_model"] = {model: {a: cells_of(a, model) for a in arms if a != "placebo"}
+                       for model in sorted({p.treated.model for p in skill})}
     return out
 
 
@@ -152,10 +154,11 @@ def _noise_for_size(rows: list[TrialRow], paired: dict) -> dict:
             lifts.append({"arm": arm, "model": c["model"], "direction": c["direction"], "lift_pct": lift,
                           "inside_noise": None if lift is None else abs(lift) <= band})
     rescaled = ", rescaled to the measured disagreement" if scale else ""
+    one = [v * (scale or 1.0) for v in (sim.low, sim.high)]
     statement = (f"noise alone keeps all {cells} model × direction cells within ±{band:.0f}% paired outcome in "
                  f"{CONFIDENCE:.0%} of runs of this size ({problems} problems × {replicates} "
                  f"replicate{'s' if replicates != 1 else ''}{rescaled}; one cell alone within "
-                 f"{sim.low:+.0f}%..{sim.high:+.0f}%): a lift inside is indistinguishable from noise")
+                 f"{one[0]:+.0f}%..{one[1]:+.0f}%): a lift inside is indistinguishable from noise")
     return {"problems": problems, "replicates": replicates, "models_directions": cells, "sigma": sim.sigma,
             "assumed_disagreement": pw.TARGET_DISAGREEMENT, "simulated_disagreement": sim.disagreement,
             "measured_disagreement": measured,
@@ -206,6 +209,12 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
     """Every measurement of the report as one JSON-ready dict (see LEGEND); `outcomes` (per-submission records, from
     Store.submission_outcomes) adds the by-round refinement measurements and the repeated gradings of identical
     code; `min_margin` is the floor of every comparison's tie margin (metrics.compare)."""
+    return _build(rows, run_id, n_boot, outcomes, min_margin)[0]
+
+
+def _build(rows: list[TrialRow], run_id: str | None, n_boot: int, outcomes: dict[str, list[dict]] | None,
+           min_margin: float) -> tuple[dict, dict[str, list[m.Pair]]]:
+    """The report and the pairs it was computed from (the plots draw the same pairs)."""
     if not rows:
         raise ReportError("no trials to report")
     notes = []
@@ -233,11 +242,15 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
     report["unpaired"] = {a: m.unpaired(rows, a) for a in m.TREATED_ARMS}
     report["skipped_as_base"] = {a: sum(p.base_stand_in for p in pairs[a]) for a in m.TREATED_ARMS}
     control = pairs["solo_control"]
-    units = {a: tr.units(rows, ps, control if a != "solo_control" else [], min_margin) for a, ps in pairs.items() if ps}
+    signs = {a: m.standings(rows, pairs[a], min_margin) for a in m.TREATED_ARMS}
+    units = {a: tr.units(rows, ps, control if a != "solo_control" else [], min_margin, signs.get(a))
+             for a, ps in pairs.items() if ps}
     report["paired"] = {a: _clean(tr.table(a, u, n_boot, CONFIDENCE)) for a, u in units.items()}
-    own = {a: [p for p in pairs[a] if not p.base_stand_in] for a in m.TREATED_ARMS if report["skipped_as_base"][a]}
-    report["without_skipped"] = {a: _clean(tr.table(a, tr.units(rows, ps, control, min_margin), n_boot, CONFIDENCE))
-                                 for a, ps in own.items() if ps}
+    own = {a: [(p, x) for p, x in zip(pairs[a], signs[a]) if not p.base_stand_in] for a in m.TREATED_ARMS
+           if report["skipped_as_base"][a]}
+    report["without_skipped"] = {
+        a: _clean(tr.table(a, tr.units(rows, [p for p, _ in kept], control, min_margin, [x for _, x in kept]),
+                           n_boot, CONFIDENCE)) for a, kept in own.items() if kept}
     if not pairs["skill"]:
         notes.append(NEED_SKILL)
     if not control:
@@ -250,11 +263,12 @@ def build_report(rows: list[TrialRow], run_id: str | None = None, n_boot: int = 
                           for a in m.TREATED_ARMS if a in report["paired"]}
     report["noise_for_size"] = _noise_for_size(rows, report["paired"])
     report["refinement"] = _refinement(rows, outcomes or {})
-    report["standing"] = _clean(_standing_section(rows, pairs, min_margin, n_boot)) if pairs["skill"] else {}
+    report["standing"] = (_clean(_standing_section(rows, pairs, signs, min_margin, n_boot)) if pairs["skill"]
+                          else {})
     report["repeated_code"] = _repeated_code(m.repeated_code(rows, outcomes or {}, min_margin), min_margin, notes)
     report["notes"] = notes
     report["legend"] = LEGEND
-    return _clean(report)
+    return _clean(report), pairs
 
 
 # -- legend: every field of report.json ----------------------------------------------------------------------
@@ -439,6 +453,10 @@ def _f(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
+def _p(v: float | None) -> str:
+    return "–" if v is None else "<0.0001" if v < 1e-4 else f"{v:.4f}"
+
+
 def _ci(iv: dict | None, digits: int = 3) -> str:
     if not iv or iv.get("low") is None:
         return "–"
@@ -540,10 +558,10 @@ def _paired_detail(report: dict) -> Block:
             lo, hi = r["noise_range"]
             rows.append([arm, r["model"], r["direction"], _f(r["pairs"]), _f(r["improved"]), _f(r["tied"]),
                          _f(r["regressed"]), _f(r["paired_outcome"]["estimate"], 1),
-                         "–" if lo is None else f"{lo:+.1f} .. {hi:+.1f}", _f(r["sign_p"], 4),
-                         _f(r["lift_s"]["estimate"], 1),
-                         _ci(r["lift_s"], 1), _f(r["mcnemar"]["p_value"], 4), _f(r["correctness_lift"]["p_holm"], 4),
-                         _f(r["wilcoxon"]["p_value"], 4), _f(r["runtime_lift"]["p_holm"], 4)])
+                         "–" if lo is None else f"{lo:+.1f} .. {hi:+.1f}", _p(r["sign_p"]),
+                         _f(r["lift_s"]["estimate"], 1), _ci(r["lift_s"], 1), _p(r["mcnemar"]["p_value"]),
+                         _p(r["correctness_lift"]["p_holm"]), _p(r["wilcoxon"]["p_value"]),
+                         _p(r["runtime_lift"]["p_holm"])])
     return Block("table", "Paired outcomes, every arm (treated vs solo)", header, rows,
                  caption="The Holm p of McNemar and Wilcoxon are the correctness and runtime columns' of Table 1; "
                          "solo_control is a second solo attempt against the first: the noise floor.")
@@ -763,8 +781,8 @@ def write_report(rows: list[TrialRow], out: Path, run_id: str | None = None, n_b
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = build_report(rows, run_id, n_boot, outcomes, min_margin)
-    plot_files = plots.make_plots(rows, report, out, min_margin)
+    report, pairs = _build(rows, run_id, n_boot, outcomes, min_margin)
+    plot_files = plots.make_plots(pairs, report, out)
     report["plots"] = {name: p.name for name, p in plot_files.items()}
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False))
     (out / "report.md").write_text(render_markdown(report, plot_files))

@@ -6,6 +6,7 @@ Definitions are written out in docs/metrics.md.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -131,10 +132,17 @@ def resampler(clusters: Sequence[Hashable], columns: dict[str, Sequence[float]],
         sums[:, j] = np.bincount(idx, weights=np.asarray(columns[name], dtype=float), minlength=len(keys))
     if not keys:
         return Resampler((), names, sums, np.zeros((0, len(names))))
-    draws = _draws(len(keys), n_boot, seed)
-    counts = np.zeros((n_boot, len(keys)))
-    np.add.at(counts, (np.repeat(np.arange(n_boot), len(keys)), draws.ravel()), 1.0)
-    return Resampler(tuple(keys), names, sums, counts @ sums)
+    return Resampler(tuple(keys), names, sums, _counts(len(keys), n_boot, seed) @ sums)
+
+
+@functools.lru_cache(maxsize=16)
+def _counts(k: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, k): how often each of k problems is drawn in each resample of `_draws` (shared by every cell of a
+    report with the same number of problems; read-only)."""
+    rows = _draws(k, n_boot, seed) + (np.arange(n_boot) * k)[:, None]
+    counts = np.bincount(rows.ravel(), minlength=n_boot * k).reshape(n_boot, k).astype(float)
+    counts.flags.writeable = False
+    return counts
 
 
 def cluster_rate_interval(estimate: float | None, values: np.ndarray, n: int, problems: int,

@@ -89,20 +89,22 @@ class Units:
     control: list[m.Pair | None]
 
 
-def units(rows: Sequence[TrialRow], pairs: list[m.Pair], control: list[m.Pair], min_margin: float = 0.0) -> Units:
+def units(rows: Sequence[TrialRow], pairs: list[m.Pair], control: list[m.Pair], min_margin: float = 0.0,
+          standing: list[int | None] | None = None) -> Units:
     """A solo-control pair matches a treated pair when both compare against the same baseline solo trial: the
-    control is then a fresh solo attempt exchangeable with the treated one under no transfer."""
+    control is then a fresh solo attempt exchangeable with the treated one under no transfer. `standing`: the
+    pairs' `metrics.standings`, when the caller has them already."""
     by_baseline = {p.solo.trial_id: p for p in control}
-    return Units(pairs, m.standings(rows, pairs, min_margin), [by_baseline.get(p.solo.trial_id) for p in pairs])
+    return Units(pairs, m.standings(rows, pairs, min_margin) if standing is None else standing,
+                 [by_baseline.get(p.solo.trial_id) for p in pairs])
 
 
 def _flags(pairs: Sequence[m.Pair | None], fn: Callable[[m.Pair], float]) -> np.ndarray:
     return np.array([0.0 if p is None else float(fn(p)) for p in pairs])
 
 
-def _s_of(row: TrialRow) -> float:
+def _s_of(o: m.TrialOutcome) -> float:
     """One trial's share of S: 100 * mean over thresholds of its rung indicators (S of trials is their mean)."""
-    o = m.outcome(row)
     return 100.0 * sum(m._beats(o, t) for t in m.THRESHOLDS) / len(m.THRESHOLDS)
 
 
@@ -111,17 +113,19 @@ def columns(u: Units) -> dict[str, np.ndarray]:
     control pair's value; 0 when unmatched)."""
     ps, ctl = u.pairs, u.control
     standing = np.array([np.nan if s is None else s for s in u.standing], dtype=float)
+    treated, solo = [m.outcome(p.treated) for p in ps], [m.outcome(p.solo) for p in ps]
     out = {"n": np.ones(len(ps)), "stand_in": _flags(ps, lambda p: p.base_stand_in),
-           "s_treated": _flags(ps, lambda p: _s_of(p.treated)), "s_solo": _flags(ps, lambda p: _s_of(p.solo)),
-           "missing_noise": _flags(ps, lambda p: p.comparison.missing_noise)}
+           "s_treated": np.array([_s_of(o) for o in treated]), "s_solo": np.array([_s_of(o) for o in solo]),
+           "missing_noise": _flags(ps, lambda p: p.comparison.missing_noise),
+           "pass_diff": np.array([a.passed - b.passed for a, b in zip(treated, solo)], dtype=float),
+           "c_pass_diff": _flags(ctl, lambda p: m.outcome(p.treated).passed - m.outcome(p.solo).passed)}
     out["s_diff"] = out["s_treated"] - out["s_solo"]
     for prefix, side in (("", ps), ("c_", ctl)):
-        out[prefix + "pass_diff"] = _flags(side, lambda p: m.outcome(p.treated).passed - m.outcome(p.solo).passed)
         out[prefix + "both"] = _flags(side, lambda p: p.comparison.log_ratio is not None)
         out[prefix + "log_ratio"] = _flags(side, lambda p: p.comparison.log_ratio or 0.0)
         out[prefix + "outcome"] = _flags(side, lambda p: p.outcome)
-        out[prefix + "improved"] = _flags(side, lambda p: p.outcome == 1)
-        out[prefix + "regressed"] = _flags(side, lambda p: p.outcome == -1)
+        out[prefix + "improved"] = (out[prefix + "outcome"] == 1).astype(float)
+        out[prefix + "regressed"] = (out[prefix + "outcome"] == -1).astype(float)
     out["matched"] = _flags(ctl, lambda p: 1)
     for name, sign, o in (("above", 1, "improved"), ("below", -1, "regressed")):
         out[name] = (standing == sign).astype(float)
@@ -308,14 +312,11 @@ def excess_sentence(excess: list[Excess], control: str) -> str:
         if e.excess is None or e.low is None:
             parts.append(f"no pairs of both arms stood {standing}")
             continue
-        beyond = ("beyond it" if e.low > 0 or e.high < 0 else "an interval that includes 0, so no excess "
-                  f"over the {control}")
+        verdict = "beyond noise" if e.low > 0 or e.high < 0 else "within noise (the interval includes 0)"
         parts.append(f"where the source solo stood {standing} the target's solo, skill trials {verb} in "
-                     f"{e.skill:.0f}% of {e.pairs} pairs against {e.control:.0f}% of {e.control_pairs} for the "
-                     f"{control}: {e.excess:+.0f} points (95% CI {e.low:+.0f} to {e.high:+.0f}, problem bootstrap), "
-                     f"{beyond}")
-    text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
+                     f"{e.skill:.0f}% of {e.pairs} pairs against {e.control:.0f}% of {e.control_pairs}: "
+                     f"{e.excess:+.1f} points (95% CI {e.low:+.1f} to {e.high:+.1f}, problem bootstrap), {verdict}")
+    return f"Against the {control}: " + "; ".join(parts) + "."
 
 
 NO_CONTROL_CAVEAT = ("No solo control in this run, so this table cannot tell transfer from regression to the mean: a "
