@@ -98,24 +98,26 @@ def main() -> None:
 
     store = Store(db)
     prof = cProfile.Profile() if args.profile else None
-    t0 = time.perf_counter()
+    load = os.getloadavg()[0]  # other work on the machine: wall time is only comparable at a low load
+    t0, c0 = time.perf_counter(), time.process_time()
     if prof:
         prof.enable()
     report_store(store, tmp / "report", "bench", n_boot=args.n_boot)
     if prof:
         prof.disable()
-    report_s = time.perf_counter() - t0
+    report_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     store.close()
     verdict = "OK" if report_s <= TARGET_S else "OVER TARGET"
-    print(f"report (load + build + write, n_boot={args.n_boot}): {report_s:.2f} s for {n} trials on "
-          f"{os.cpu_count()} CPU(s); target ≤ {TARGET_S:.0f} s: {verdict}")
+    print(f"report (load + build + write, n_boot={args.n_boot}): {report_s:.2f} s wall, {cpu_s:.2f} s CPU for {n} "
+          f"trials on {os.cpu_count()} CPU(s), load average {load:.2f} before; target ≤ {TARGET_S:.0f} s: {verdict}")
     print(f"report files: {tmp / 'report'}")
     if prof:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     if args.out:
         Path(args.out).write_text(json.dumps({"trials": n, "store_s": store_s, "report_s": report_s,
-                                              "target_s": TARGET_S, "cpus": os.cpu_count()}, indent=2))
+                                              "report_cpu_s": cpu_s, "load_average": load, "target_s": TARGET_S,
+                                              "cpus": os.cpu_count()}, indent=2))
     sys.exit(0 if report_s <= TARGET_S else 1)
 
 

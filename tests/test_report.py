@@ -373,3 +373,40 @@ def test_a_planted_transfer_reads_as_beating_noise_end_to_end(tmp_path):
     assert all("beats noise" in v["statement"] for v in rep["verdicts"]["skill"]["cells"])
     assert not rep["verdicts"]["placebo"]["overall"]["distinguishable"]
     assert all(r[6].endswith(" ✓") for r in blocks(rep)[0].rows if r[2] == "skill")
+
+
+def test_synthetic_rows_are_what_their_store_returns(tmp_path):
+    """The statistical tests draw tests/synthetic.py's rows directly (fast); they are the store's own records."""
+    import synthetic as sy
+
+    rows = sy.trials(6, problems=5, models=2, skip=0.3)
+    store = sy.write_store(tmp_path / "s.sqlite", rows)
+    back = {r.trial_id: r for r in store.trials("r")}
+    store.close()
+    assert len(back) == len(rows)
+    for r in rows:
+        b = back[r.trial_id]
+        assert (b.status, b.result, b.skill, b.arm, b.dsl, b.source_dsl, b.replicate, b.problem, b.model) == (
+            r.status, r.result, r.skill, r.arm, r.dsl, r.source_dsl, r.replicate, r.problem, r.model)
+
+
+def test_no_plot_title_claims_transfer(tmp_path, monkeypatch):
+    """On a run with no transfer at all, no figure or plot title asserts that transfer happened."""
+    import synthetic as sy
+    from metakernelbench.analysis import plots
+
+    titles = []
+    save = plots._save
+
+    def recording(fig, path):
+        titles.append(fig._suptitle.get_text() if fig._suptitle else "")
+        titles.extend(ax.get_title() for ax in fig.axes)
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", recording)
+    store = sy.write_store(tmp_path / "s.sqlite", sy.trials(7, problems=10, models=1))
+    rep = report_store(store, tmp_path / "out", "r", n_boot=50)
+    store.close()
+    assert len(rep["plots"]) == 5 and any(titles)
+    headings = [b.title for b in blocks(rep)]
+    assert not [t for t in titles + headings if "transfer" in t.lower()], titles + headings
