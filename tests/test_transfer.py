@@ -67,8 +67,8 @@ def test_paired_outcome_test_is_the_larger_of_sign_and_control_tests():
 @pytest.mark.parametrize("control", [True, False])
 def test_no_transfer_keeps_false_marks_at_or_below_alpha(control):
     """40 runs of 3 models × 2 directions with no transfer: every measure's false marks stay at or below alpha per
-    cell, and runs with any false mark in a column stay near alpha too. Raw p <= 0.05 marks of the runtime column
-    fall in about a quarter of such runs: Holm is what holds the family-wise rate."""
+    cell, and runs with any false mark in a column stay near alpha too. Marked at raw p <= 0.05 instead, some column
+    errs in 8 or 9 of the 40 runs: Holm is what holds the family-wise rate."""
     draws = 40
     false_marks = dict.fromkeys(tr.MEASURES, 0)
     runs_with_false = dict.fromkeys(tr.MEASURES, 0)
@@ -86,8 +86,7 @@ def test_no_transfer_keeps_false_marks_at_or_below_alpha(control):
     for k in tr.MEASURES:
         assert false_marks[k] / cells <= ALPHA, (k, false_marks[k])
         assert runs_with_false[k] <= 4, (k, runs_with_false[k])  # Binomial(40, 0.05) exceeds 4 with p < 0.05
-    if control:
-        assert raw_runs["runtime_lift"] > 4  # without the correction the family-wise rate is far above alpha
+    assert max(raw_runs.values()) > 4  # without the correction the family-wise rate is far above alpha
 
 
 def test_planted_transfer_is_detected_with_covering_intervals():
