@@ -224,7 +224,7 @@ def _with_holm(row: Row, adjusted: dict[str, float | None], alpha: float) -> Row
 def table(arm: str, u: Units, n_boot: int = 2000, confidence: float = 0.95) -> Table:
     """Table 1 of one treated arm: a row per model × direction, each measure's p Holm-adjusted across those rows
     (one family per measure), and the pooled row with its own, unadjusted tests."""
-    alpha = 1 - confidence
+    alpha = round(1 - confidence, 10)  # 0.05, not 0.050000000000000044
     col = columns(u)
     problems = [p.problem for p in u.pairs]
     cells: dict[tuple[str, str], list[int]] = {}
