@@ -15,6 +15,7 @@ import pytest
 from metakernelbench.agent import command
 from metakernelbench.agent.clients import ClientError
 from metakernelbench.agent.command import run_command_trial
+from metakernelbench.agent.presets import AgentCommand
 from metakernelbench.grader import Grader, GraderConfig
 from metakernelbench.protocol import Budget, TrialSpec
 from metakernelbench.store import Store
@@ -89,8 +90,12 @@ def _trial(tmp_path: Path, budget: Budget = Budget()) -> tuple[Store, TrialSpec]
     return store, spec
 
 
-def _python(script: str, *args: str) -> str:
-    return shlex.join(["python3", "-c", script, *args])
+def _python(script: str, *args: str) -> AgentCommand:
+    return _agent(shlex.join(["python3", "-c", script, *args]))
+
+
+def _agent(command_line: str, env_keys: tuple[str, ...] = ()) -> AgentCommand:
+    return AgentCommand("command:test", command_line, env_keys)
 
 
 def test_honest_agent_passes_through_submit_and_leaves_its_skill(grader, tmp_path):
@@ -125,8 +130,9 @@ def test_agent_searching_the_file_system_finds_no_solution_store_or_secret(grade
     seen = json.loads((tmp_path / "SKILL.md").read_text())
     assert seen["suite_files"] and seen["marker_files"] and seen["canary_in_env"] and str(REPO) in seen["visible_paths"]
 
-    result = run_command_trial(spec, _python(SEARCH_AGENT, "/", *args), grader, load_problem("28"), store, None,
-                               env_keys=("MKB_TEST_AGENT_KEY",))
+    search = _python(SEARCH_AGENT, "/", *args)
+    result = run_command_trial(spec, _agent(search.command, ("MKB_TEST_AGENT_KEY",)), grader, load_problem("28"),
+                               store, None)
     assert result.isolation == "bwrap" and result.stop_reason == "agent exited"
     report = json.loads(store.trial(spec.trial_id).skill)
     assert report["scanned"] > 1000  # the walk really covered the sandbox's system directories
@@ -141,7 +147,7 @@ def test_submissions_beyond_the_budget_are_refused(grader, tmp_path):
     kernel = (ADVERSARIAL / "bad_syntax.py").read_text()
     agent = (f"printf %s {shlex.quote(kernel)} > kernel.py; for i in 1 2 3 4 5; do ./submit > /dev/null; "
              'code=$?; echo "submit $i: $code" >> SKILL.md; [ $code = 2 ] && break; done')
-    result = run_command_trial(spec, agent, grader, load_problem("28"), store, None)
+    result = run_command_trial(spec, _agent(agent), grader, load_problem("28"), store, None)
     assert result.submissions == 2 and not result.passed and result.stop_reason == "budget: submissions"
     row = store.trial(spec.trial_id)
     assert row.skill.splitlines() == ["submit 1: 1", "submit 2: 1", "submit 3: 2"]
@@ -163,7 +169,8 @@ def _processes_with(argument: bytes) -> list[str]:
 def test_agent_past_its_wall_budget_is_killed_with_everything_it_started(grader, tmp_path):
     store, spec = _trial(tmp_path, Budget(wall_s=2.0))
     started = time.monotonic()
-    result = run_command_trial(spec, "(sleep 987654 &); sleep 987654", grader, load_problem("28"), store, None)
+    result = run_command_trial(spec, _agent("(sleep 987654 &); sleep 987654"), grader, load_problem("28"), store,
+                               None)
     assert result.stop_reason == "budget: wall time" and result.submissions == 0 and not result.passed
     assert time.monotonic() - started < 10
     assert _processes_with(b"987654") == []
@@ -174,7 +181,7 @@ def test_without_bubblewrap_the_agent_runs_as_nobody_or_not_at_all(grader, tmp_p
     monkeypatch.setattr(command, "BWRAP", "mkb-no-such-bwrap")
     store, spec = _trial(tmp_path)
     try:
-        result = run_command_trial(spec, "id -un > SKILL.md", grader, load_problem("28"), store, None)
+        result = run_command_trial(spec, _agent("id -un > SKILL.md"), grader, load_problem("28"), store, None)
     except ClientError as exc:  # nobody could reach the repository here (or this is not root): refused, with the fix
         assert "apt-get install bubblewrap" in str(exc)
         return
