@@ -12,9 +12,9 @@ _KEY = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_\-]{12,}|\bgh[pousr]_[A-Za-z0-9]{2
                   r"|\bAIza[0-9A-Za-z_\-]{30,}|\bxox[abps]-[A-Za-z0-9\-]{10,}")
 _BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{8,}=*")
 # NAME=value or --name value / --name=value where the name says key, token, secret or password; a value that is a
-# shell reference ($VAR) names the secret without holding it.
+# shell reference ($VAR) names the secret without holding it, and one that starts with '-' is the next option.
 _ASSIGNED = re.compile(r"(?i)(\b[\w.-]*(?:api[_-]?key|token|secret|password)[\w.-]*(?:\s*=\s*|\s+))"
-                       r"(?!\$)(['\"]?)([^\s'\"]{12,})\2")
+                       r"(?![$-])(['\"]?)([^\s'\"]{12,})\2")
 
 
 def secret_values(names) -> list[str]:
