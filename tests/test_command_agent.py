@@ -111,6 +111,9 @@ def test_honest_agent_passes_through_submit_and_leaves_its_skill(grader, tmp_pat
     assert verdict["passed"] and code == (ADVERSARIAL / "honest_rmsnorm.py").read_text()
     transcript = store.transcript(spec.trial_id)
     assert transcript[0][0] == "user" and "## Your workspace" in transcript[0][1] and "./submit" in transcript[0][1]
+    assert "There is no GPU here" in transcript[0][1] and "`./submit` is the only way to run your kernel" in \
+        transcript[0][1]
+    assert row.usage["wall_s"] > 0 and len(store.regrades(spec.trial_id)) == 2
     assert transcript[1][0] == "assistant" and transcript[1][1].startswith("./submit\n```python")
     assert transcript[2][0] == "user" and "passed: True" in transcript[2][1]
     assert transcript[-1][0] == "assistant" and "exit status 0" in transcript[-1][1]
@@ -153,6 +156,35 @@ def test_submissions_beyond_the_budget_are_refused(grader, tmp_path):
     assert row.skill.splitlines() == ["submit 1: 1", "submit 2: 1", "submit 3: 2"]
     assert row.usage["refused_submits"] == 1 and len(store.submissions(spec.trial_id)) == 2
     assert any("submission budget is spent" in content for _, content in store.transcript(spec.trial_id))
+
+
+def test_task_md_says_truly_what_the_sandbox_has(grader, tmp_path):
+    store, spec = _trial(tmp_path)
+    probe = ("{ python3 -c 'import torch' 2>/dev/null && echo torch yes || echo torch no; "
+             "ls /dev/nvidia0 2>/dev/null && echo gpu yes || echo gpu no; } > SKILL.md")
+    run_command_trial(spec, _agent(probe), grader, load_problem("38"), store, None)
+    found = store.trial(spec.trial_id).skill.splitlines()
+    task = store.transcript(spec.trial_id)[0][1]
+    assert found[-1] == "gpu no" and "There is no GPU here" in task
+    assert ("PyTorch is importable" in task) == (found[0] == "torch yes"), (found, task[-600:])
+    assert ("PyTorch is not importable" in task) == (found[0] == "torch no")
+
+
+def test_an_agent_that_cannot_start_is_a_setup_failure_with_its_output_kept(grader, tmp_path):
+    store, spec = _trial(tmp_path)
+    with pytest.raises(command.AgentSetupError, match="could not start \\(exit status 127: .*mkb-no-such-cli"):
+        run_command_trial(spec, _agent("mkb-no-such-cli --version"), grader, load_problem("38"), store, None)
+    (name, text, _), = store.artifacts(spec.trial_id)
+    assert name == "agent-output.txt" and "mkb-no-such-cli" in text
+
+
+def test_an_agent_that_fails_before_submitting_is_a_setup_failure(grader, tmp_path):
+    store, spec = _trial(tmp_path)
+    with pytest.raises(command.AgentSetupError, match="exited with status 3 before its first submission: no model"):
+        run_command_trial(spec, _agent("echo 'no model'; exit 3"), grader, load_problem("38"), store, None)
+    store, spec = _trial(tmp_path / "second")
+    result = run_command_trial(spec, _agent("echo 'I give up'"), grader, load_problem("38"), store, None)
+    assert not result.passed and result.stop_reason == "agent exited"  # exit 0 without a kernel: the model's failure
 
 
 def _processes_with(argument: bytes) -> list[str]:
