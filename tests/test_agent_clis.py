@@ -37,12 +37,13 @@ codex = _needs("codex", "@openai/codex")
 
 @pytest.fixture(scope="module")
 def problem():
-    """The mlp_norm problem, whatever its number: its hidden TIRx reference is the agent's honest kernel."""
-    return next(p for p in load_suite() if p.family == "mlp_norm")
+    """An mlp_norm problem whose TIRx reference runs on the CPU, whatever its number: that reference is the agent's
+    honest kernel."""
+    return next(p for p in load_suite() if p.family == "mlp_norm" and p.solution_runs_on_cpu("tirx"))
 
 
 def _script(problem) -> Script:
-    kernel = problem.solution_path("tirx").read_text()
+    kernel = problem.graded_solution("tirx").read_text()
     return Script([f"cat > kernel.py <<'MKB_EOF'\n{kernel}\nMKB_EOF\n./submit",
                    f"printf '%s\\n' {shlex.quote(SKILL)} > SKILL.md; echo \"my key is $ANTHROPIC_API_KEY"
                    "$OPENAI_API_KEY\""], api_key=KEY)

@@ -162,7 +162,7 @@ def test_task_md_says_truly_what_the_sandbox_has(grader, tmp_path):
     store, spec = _trial(tmp_path)
     probe = ("{ python3 -c 'import torch' 2>/dev/null && echo torch yes || echo torch no; "
              "ls /dev/nvidia0 2>/dev/null && echo gpu yes || echo gpu no; } > SKILL.md")
-    run_command_trial(spec, _agent(probe), grader, load_problem("38"), store, None)
+    run_command_trial(spec, _agent(probe), grader, load_problem("28"), store, None)
     found = store.trial(spec.trial_id).skill.splitlines()
     task = store.transcript(spec.trial_id)[0][1]
     assert found[-1] == "gpu no" and "There is no GPU here" in task
@@ -173,7 +173,7 @@ def test_task_md_says_truly_what_the_sandbox_has(grader, tmp_path):
 def test_an_agent_that_cannot_start_is_a_setup_failure_with_its_output_kept(grader, tmp_path):
     store, spec = _trial(tmp_path)
     with pytest.raises(command.AgentSetupError, match="could not start \\(exit status 127: .*mkb-no-such-cli"):
-        run_command_trial(spec, _agent("mkb-no-such-cli --version"), grader, load_problem("38"), store, None)
+        run_command_trial(spec, _agent("mkb-no-such-cli --version"), grader, load_problem("28"), store, None)
     (name, text, _), = store.artifacts(spec.trial_id)
     assert name == "agent-output.txt" and "mkb-no-such-cli" in text
 
@@ -181,9 +181,9 @@ def test_an_agent_that_cannot_start_is_a_setup_failure_with_its_output_kept(grad
 def test_an_agent_that_fails_before_submitting_is_a_setup_failure(grader, tmp_path):
     store, spec = _trial(tmp_path)
     with pytest.raises(command.AgentSetupError, match="exited with status 3 before its first submission: no model"):
-        run_command_trial(spec, _agent("echo 'no model'; exit 3"), grader, load_problem("38"), store, None)
+        run_command_trial(spec, _agent("echo 'no model'; exit 3"), grader, load_problem("28"), store, None)
     store, spec = _trial(tmp_path / "second")
-    result = run_command_trial(spec, _agent("echo 'I give up'"), grader, load_problem("38"), store, None)
+    result = run_command_trial(spec, _agent("echo 'I give up'"), grader, load_problem("28"), store, None)
     assert not result.passed and result.stop_reason == "agent exited"  # exit 0 without a kernel: the model's failure
 
 
