@@ -355,7 +355,7 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
             _fail(str(exc))
     label = agent.label if agent else model
     offline = model == "reference" or model.startswith("replay:")
-    on_cpu = not offline and _require_gpu_or_cpu_consent(device, dsls)
+    on_cpu = not offline and not dry_run and _require_gpu_or_cpu_consent(device, dsls)
     try:
         specs = plan(run_id, label, [p.id for p in chosen], dsl_list, [a.strip() for a in arms.split(",")],
                      replicates, budget, seed, solo_control, regrades)
