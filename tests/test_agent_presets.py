@@ -71,8 +71,10 @@ def test_keys_in_a_command_line_and_agent_variables_are_redacted(monkeypatch):
     assert agent.secrets() == ["correct-horse-battery"]
     text = ("Authorization: Bearer abc.def.ghi123 OPENAI_API_KEY=plainvalue123456 token=$TOKEN "
             "--max-tokens 400000 ghp_" + "a" * 36)
-    assert redact(text) == (f"Authorization: Bearer {REDACTED} OPENAI_API_KEY={REDACTED} token=$TOKEN "
-                            f"--max-tokens 400000 {REDACTED}")
+    assert redact(text, assignments=True) == (f"Authorization: Bearer {REDACTED} OPENAI_API_KEY={REDACTED} "
+                                              f"token=$TOKEN --max-tokens 400000 {REDACTED}")
+    code = "num_tokens = hidden_states.shape[0]\nkey = 'sk-abcdefghijklmnop123'"
+    assert redact(code) == f"num_tokens = hidden_states.shape[0]\nkey = '{REDACTED}'"  # code keeps its names
 
 
 def test_claude_code_report_gives_usage_cost_and_errors():

@@ -1,5 +1,6 @@
 """Command agents: a scripted "agent" passes through ./submit and leaves a skill; an agent searching the whole file
 system finds no reference solution, no repository, no store and no secret but its own key; budgets bind from outside."""
+import hashlib
 import json
 import os
 import secrets
@@ -156,6 +157,35 @@ def test_submissions_beyond_the_budget_are_refused(grader, tmp_path):
     assert row.skill.splitlines() == ["submit 1: 1", "submit 2: 1", "submit 3: 2"]
     assert row.usage["refused_submits"] == 1 and len(store.submissions(spec.trial_id)) == 2
     assert any("submission budget is spent" in content for _, content in store.transcript(spec.trial_id))
+
+
+LEAKING_AGENT = """
+import os, subprocess, sys
+key = os.environ["MKB_TEST_AGENT_KEY"]
+open("kernel.py", "w").write(sys.argv[1] + f"\\n# my key: {key}\\nprint('key', {key!r})\\n")
+subprocess.run(["./submit"])
+print("my key is", key)
+open("SKILL.md", "w").write(f"the key was {key}")
+"""
+
+
+def test_a_key_the_agent_writes_anywhere_is_redacted_in_the_store(grader, tmp_path, monkeypatch):
+    key = "hunter2-" + secrets.token_hex(8)
+    monkeypatch.setenv("MKB_TEST_AGENT_KEY", key)
+    store, spec = _trial(tmp_path)
+    agent = _agent(_python(LEAKING_AGENT, (ADVERSARIAL / "honest_rmsnorm.py").read_text()).command,
+                   ("MKB_TEST_AGENT_KEY",))
+    result = run_command_trial(spec, agent, grader, load_problem("28"), store, None)
+    assert result.passed  # the file graded is the file sent
+    [(_, code, verdict)] = store.submissions(spec.trial_id)
+    assert "# my key: [redacted]" in code and verdict["file_sha256"] != hashlib.sha256(code.encode()).hexdigest()
+    assert store.trial(spec.trial_id).skill == "the key was [redacted]"
+    store.close()
+    for path in store.path.parent.iterdir():
+        assert key.encode() not in path.read_bytes(), path
+    reopened = Store(store.path)
+    assert all(key not in text for _, text, _ in reopened.artifacts(spec.trial_id))
+    assert any("my key is [redacted]" in text for _, text, _ in reopened.artifacts(spec.trial_id))
 
 
 def test_task_md_says_truly_what_the_sandbox_has(grader, tmp_path):

@@ -99,14 +99,21 @@ class AgentSetupError(ClientError):
     """The agent never really attempted the task (it could not start, authenticate or reach its model)."""
 
 
+def _recorded(verdict: dict, hide: list[str]) -> dict:
+    """A verdict fit for the store: what the kernel printed, with the agent's secrets redacted."""
+    return {**verdict, **{tail: redact(verdict.get(tail) or "", hide) for tail in ("stdout_tail", "stderr_tail")}}
+
+
 class _Submissions:
     """Serves `submit` from outside the sandbox, one submission at a time: grades each kernel until the budget is
-    spent, then refuses; records every exchange (a refusal once per distinct text)."""
+    spent, then refuses; records every exchange (a refusal once per distinct text). The agent knows its key, so what
+    it sent and what its kernel printed are recorded with `hide` (the key's value) redacted; the file graded, and
+    the verdict's file_sha256, are the file as sent."""
 
     def __init__(self, spec: TrialSpec, grader, problem, store: Store, scratch: Path, listener: socket.socket,
-                 on_error) -> None:
+                 on_error, hide: list[str] = ()) -> None:
         self.spec, self.grader, self.problem, self.store, self.scratch = spec, grader, problem, store, scratch
-        self.listener, self.on_error = listener, on_error
+        self.listener, self.on_error, self.hide = listener, on_error, list(hide)
         self.verdicts: list[dict] = []
         self.refused = 0
         self.next_message = 1  # message 0 is TASK.md
@@ -163,11 +170,12 @@ class _Submissions:
         path = self.scratch / f"submission_{index:03d}.py"
         path.write_text(code)
         verdict = self.grader.grade(self.problem, self.spec.dsl, path).to_dict()
-        self.store.add_submission(self.spec.trial_id, index, code, verdict)
+        kept = redact(code, self.hide)
+        self.store.add_submission(self.spec.trial_id, index, kept, _recorded(verdict, self.hide))
         self.verdicts.append(verdict)
         text = feedback(verdict)
-        self.record("assistant", f"./submit\n```python\n{code.rstrip()}\n```")
-        self.record("user", text)
+        self.record("assistant", f"./submit\n```python\n{kept.rstrip()}\n```")
+        self.record("user", redact(text, self.hide))
         return (0 if verdict["passed"] else 1), text
 
     def _refuse(self, text: str) -> tuple[int, str]:
@@ -393,7 +401,8 @@ def run_command_trial(spec: TrialSpec, agent: AgentCommand, grader, problem, sto
             process = subprocess.Popen(argv + ["/bin/sh", "-c", agent.command], cwd=workspace, env=env,
                                        stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                        start_new_session=True, **user)
-            server = _Submissions(spec, grader, problem, store, scratch, listener, lambda: _kill_group(process))
+            server = _Submissions(spec, grader, problem, store, scratch, listener, lambda: _kill_group(process),
+                                  hide)
             try:
                 process.wait(timeout=max(0.0, budget.wall_s - (time.monotonic() - started)))
                 out_of_time = False
@@ -413,7 +422,8 @@ def run_command_trial(spec: TrialSpec, agent: AgentCommand, grader, problem, sto
             store.add_artifact(spec.trial_id, name, redact(text, hide), cut)
         skill_text = _read_skill(workspace / "SKILL.md")
         skill_text = redact(skill_text, hide) if skill_text else None
-        fresh = regrade(spec, grader, problem, store, server.verdicts, lambda i: scratch / f"submission_{i:03d}.py")
+        fresh = regrade(spec, grader, problem, store, server.verdicts, lambda i: scratch / f"submission_{i:03d}.py",
+                        lambda verdict: _recorded(verdict, hide))
     tail = whole[-OUTPUT_TAIL:]
     status = "killed at the wall budget" if out_of_time else f"exit status {process.returncode}"
     server.record("assistant", f"agent output ({status}; last {len(tail)} of {len(whole)} characters, the whole in "

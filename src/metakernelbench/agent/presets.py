@@ -109,5 +109,5 @@ def agent_command(model: str, budget, *, base_url: str | None = None, agent_env:
             raise ClientError(f"{option} does not reach a command: agent unless its command line holds {{{name}}}: "
                               f"put {{{name}}} where the agent takes it, or drop {option}")
     line = _PLACEHOLDER.sub(lambda m: shlex.quote(str(values[m.group(1)])), rest)
-    label = "command:" + redact(rest, secret_values(agent_env))
+    label = "command:" + redact(rest, secret_values(agent_env), assignments=True)
     return AgentCommand(label, line, tuple(agent_env), {}, _program(line))

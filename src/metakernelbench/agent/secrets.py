@@ -22,10 +22,14 @@ def secret_values(names) -> list[str]:
     return [os.environ[name] for name in names if len(os.environ.get(name, "")) >= 6]
 
 
-def redact(text: str, values=()) -> str:
-    """`text` with every value in `values` and every key-like token replaced by [redacted]."""
+def redact(text: str, values=(), assignments: bool = False) -> str:
+    """`text` with every value in `values` and every token in a provider's key format replaced by [redacted]; with
+    `assignments` (command lines, not code: `num_tokens = x.shape[0]` is no secret) also values given to options
+    and variables named like keys."""
     for value in sorted(set(values), key=len, reverse=True):
         text = text.replace(value, REDACTED)
     text = _KEY.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    if not assignments:
+        return text
     return _ASSIGNED.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(2), text)

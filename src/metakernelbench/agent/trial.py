@@ -112,16 +112,18 @@ def chosen_submission(verdicts: list[dict]) -> int | None:
     return len(verdicts) - 1 if verdicts else None
 
 
-def regrade(spec: TrialSpec, grader, problem, store: Store, verdicts: list[dict], path_of) -> list[dict]:
+def regrade(spec: TrialSpec, grader, problem, store: Store, verdicts: list[dict], path_of,
+            recorded=lambda verdict: verdict) -> list[dict]:
     """Grade the chosen passing submission `spec.regrades` more times, each in a fresh grading process, and keep
-    the verdicts; `path_of(index)` is that submission's file. Nothing to do for a trial that never passed."""
+    the verdicts (as `recorded` makes them fit for the store); `path_of(index)` is that submission's file. Nothing
+    to do for a trial that never passed."""
     chosen = chosen_submission(verdicts)
     if chosen is None or not verdicts[chosen]["passed"]:
         return []
     fresh = []
     for idx in range(spec.regrades):
         verdict = grader.grade(problem, spec.dsl, path_of(chosen)).to_dict()
-        store.add_regrade(spec.trial_id, idx, chosen, verdict)
+        store.add_regrade(spec.trial_id, idx, chosen, recorded(verdict))
         fresh.append(verdict)
         if not verdict["passed"]:
             break
