@@ -289,8 +289,8 @@ def preflight(agent: AgentCommand, store_path: Path) -> str:
     resolves inside the sandbox. Returns the isolation; raises ClientError naming the fix."""
     missing = [key for key in agent.env_keys if key not in os.environ]
     if missing:
-        raise ClientError(f"{agent.label.partition(':')[0]}: needs {missing[0]}, which is not set: export it "
-                          f"(it reaches the agent by name{'' if missing[0] in agent.env_keys[:1] else ' through --agent-env'})")
+        raise ClientError(f"{agent.label.partition(':')[0]}: needs {missing[0]}, which is not set: export it (the "
+                          "agent gets it by name), or drop it from --agent-env")
     with tempfile.TemporaryDirectory(prefix="mkb-preflight-", ignore_cleanup_errors=True) as tmp:
         workspace, sockets = Path(tmp, f"workspace-{secrets.token_hex(8)}"), Path(tmp, f"socket-{secrets.token_hex(8)}")
         for folder in (workspace, sockets):
