@@ -23,16 +23,24 @@ KEY = "sk-loopback-test-key"
 SKILL = "Accumulate the sum of squares in fp32; one row per program; add the residual before normalising."
 
 
-def _needs(program: str, package: str):
-    if shutil.which(program) or not os.environ.get("MKB_REQUIRE_AGENT_CLIS"):
-        return pytest.mark.skipif(shutil.which(program) is None,
-                                  reason=f"{program} is not installed: npm install -g {package}")
-    return pytest.mark.xfail(strict=True, reason=f"MKB_REQUIRE_AGENT_CLIS is set but {program} is not installed: "
-                                                 f"npm install -g {package}")
+def _cli(program: str, package: str) -> None:
+    """Skip, saying why, where the CLI is not installed; fail instead where MKB_REQUIRE_AGENT_CLIS is set."""
+    if shutil.which(program):
+        return
+    why = f"{program} is not installed: npm install -g {package}"
+    if os.environ.get("MKB_REQUIRE_AGENT_CLIS"):
+        pytest.fail(f"MKB_REQUIRE_AGENT_CLIS is set but {why}")
+    pytest.skip(why)
 
 
-claude_code = _needs("claude", "@anthropic-ai/claude-code")
-codex = _needs("codex", "@openai/codex")
+@pytest.fixture
+def claude_code():
+    _cli("claude", "@anthropic-ai/claude-code")
+
+
+@pytest.fixture
+def codex():
+    _cli("codex", "@openai/codex")
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +93,7 @@ def _finished_trial(db: Path):
     return trial, files, regrades
 
 
-@claude_code
-def test_claude_code_preset_runs_a_trial_and_reports_its_cost(problem, tmp_path):
+def test_claude_code_preset_runs_a_trial_and_reports_its_cost(claude_code, problem, tmp_path):
     db = tmp_path / "claude.sqlite"
     with LoopbackModel(_script(problem)) as server:
         proc = _run("claude-code:claude-sonnet-4-5", problem, db, _environment(ANTHROPIC_API_KEY=KEY),
@@ -105,8 +112,7 @@ def test_claude_code_preset_runs_a_trial_and_reports_its_cost(problem, tmp_path)
     _no_secret_anywhere(db)
 
 
-@codex
-def test_codex_preset_runs_a_trial_priced_from_the_table(problem, tmp_path):
+def test_codex_preset_runs_a_trial_priced_from_the_table(codex, problem, tmp_path):
     db = tmp_path / "codex.sqlite"
     with LoopbackModel(_script(problem)) as server:
         proc = _run("codex:gpt-5", problem, db, _environment(OPENAI_API_KEY=KEY), "--base-url", server.url + "/v1")
@@ -127,8 +133,7 @@ def test_codex_preset_runs_a_trial_priced_from_the_table(problem, tmp_path):
     _no_secret_anywhere(db)
 
 
-@claude_code
-def test_agent_without_its_key_ends_as_agent_error_and_is_retried(problem, tmp_path):
+def test_agent_without_its_key_ends_as_agent_error_and_is_retried(claude_code, problem, tmp_path):
     db = tmp_path / "setup.sqlite"
     command = ("command:DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 claude -p \"$(cat TASK.md)\" --output-format json "
                "--dangerously-skip-permissions --model claude-sonnet-4-5")

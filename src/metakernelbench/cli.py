@@ -500,22 +500,23 @@ class _RunProgress:
         rows = [t for t in store.trials(specs[0].run_id) if t.trial_id in self.ids] if specs else []
         self.done = sum(t.status in ("finished", "skipped") for t in rows)
         self.passed = sum(bool((t.result or {}).get("passed")) for t in rows)
-        self.tokens = sum((t.usage or {}).get("output_tokens", 0) for t in rows)
-        self.cost = sum((t.usage or {}).get("cost_usd") or 0.0 for t in rows)
+        self.tokens = sum((t.usage or {}).get("output_tokens") or 0 for t in rows)
+        self.costs = [t.usage.get("cost_usd") for t in rows if t.usage and "cost_usd" in t.usage]
         self.bar = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                             TimeElapsedColumn(), console=console, transient=False)
         self.task = self.bar.add_task(self._text(), total=len(self.ids), completed=self.done)
 
     def _text(self) -> str:
-        return f"passed {self.passed} · output tokens {self.tokens} · cost ${self.cost:.2f}"
+        return f"passed {self.passed} · output tokens {self.tokens:,} · cost {_money(self.costs)}"
 
     def trial_ended(self, spec, line: str) -> None:
         row = self.store.trial(spec.trial_id)
         with self.lock:
             self.done += 1
             self.passed += bool((row.result or {}).get("passed"))
-            self.tokens += (row.usage or {}).get("output_tokens", 0)
-            self.cost += (row.usage or {}).get("cost_usd") or 0.0
+            self.tokens += (row.usage or {}).get("output_tokens") or 0
+            if row.usage and "cost_usd" in row.usage:
+                self.costs.append(row.usage["cost_usd"])
             self.bar.console.print(line, highlight=False, markup=False)
             self.bar.update(self.task, completed=self.done, description=self._text())
 

@@ -271,10 +271,10 @@ def sandbox_facts(isolation: str, dsl: str) -> str:
             f"{have('PyTorch', 'torch')} and {have('the DSL package', DSL_PACKAGES.get(dsl, dsl))} here.")
 
 
-def _sandboxed(argv_for, isolation: str, workspace: Path, sockets: Path, hidden: list[Path]):
+def _sandboxed(isolation: str, workspace: Path, sockets: Path, hidden: list[Path]):
     """(argv prefix, Popen user options, HOME) of a process run in the agent's sandbox."""
     if isolation == "bwrap":
-        return argv_for(workspace, sockets, hidden), {}, SANDBOX_WORKSPACE
+        return _bwrap_argv(workspace, sockets, hidden), {}, SANDBOX_WORKSPACE
     nobody = pwd.getpwnam("nobody")
     return [], {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}, str(workspace)
 
@@ -302,7 +302,7 @@ def preflight(agent: AgentCommand, store_path: Path) -> str:
         if isolation == "user nobody":
             os.chmod(tmp, 0o711)
             os.chown(workspace, pwd.getpwnam("nobody").pw_uid, -1)
-        argv, user, home = _sandboxed(_bwrap_argv, isolation, workspace, sockets, hidden)
+        argv, user, home = _sandboxed(isolation, workspace, sockets, hidden)
         probe = subprocess.run(argv + ["/bin/sh", "-c", 'command -v "$1"', "sh", agent.program], cwd=workspace,
                                env={"PATH": _agent_path(), "HOME": home}, capture_output=True, text=True,
                                stdin=subprocess.DEVNULL, **user)
@@ -382,7 +382,7 @@ def run_command_trial(spec: TrialSpec, agent: AgentCommand, grader, problem, sto
                 "Your attempt is over. "), facts=sandbox_facts(isolation, spec.dsl))
         store.add_message(spec.trial_id, 0, "user", task)
         socket_path = sockets / "submit.sock"
-        argv, user, home = _sandboxed(_bwrap_argv, isolation, workspace, sockets, hidden)
+        argv, user, home = _sandboxed(isolation, workspace, sockets, hidden)
         env = {"PATH": _agent_path(), "LANG": os.environ.get("LANG", "C.UTF-8"), **agent.env,
                **{key: os.environ[key] for key in agent.env_keys}, "HOME": home}
         inside_socket = f"{SANDBOX_SOCKETS}/{socket_path.name}" if isolation == "bwrap" else str(socket_path)
