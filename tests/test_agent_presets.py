@@ -133,3 +133,21 @@ def test_worst_case_bounds_tokens_cost_and_wall_time():
     assert worst.wall_s == (2 + 1) * 900  # two waves of solo trials, one of skill trials
     command = worst_case(specs, 4, 100, None)
     assert command.output_tokens is None and command.cost_usd is None and command.wall_s == 2700
+
+
+@pytest.mark.parametrize("model, wire, suffix", [("openai:gpt-5", "responses", "/v1"), ("openai:gpt-5", "chat", "/v1"),
+                                                 ("anthropic:claude-sonnet-4-5", "chat", "")])
+def test_api_replies_are_priced_from_the_table_and_a_bad_key_is_one_line(model, wire, suffix):
+    from loopback_model import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, LoopbackModel, Script
+    from metakernelbench.agent.clients import Sampling, make_client, ping
+
+    with LoopbackModel(Script([])) as server:
+        client = make_client(model, Sampling(max_output_tokens=16), base_url=server.url + suffix, wire=wire,
+                             api_key="sk-loopback-test-key", max_retries=0)
+        reply = client.complete("", [{"role": "user", "content": "Reply with OK."}])
+        assert reply.text == "OK" and reply.output_tokens == OUTPUT_TOKENS and reply.cached_tokens == CACHED_TOKENS
+        assert reply.cost_usd == pytest.approx(Prices().cost(model, INPUT_TOKENS, CACHED_TOKENS, OUTPUT_TOKENS))
+        wrong = make_client(model, Sampling(max_output_tokens=16), base_url=server.url + suffix, wire=wire,
+                            api_key="sk-wrong-key-0123456789", max_retries=0)
+        with pytest.raises(ClientError, match="rejected the API key"):
+            ping(wrong)
