@@ -106,3 +106,11 @@ def test_trial_view_keeps_dsl_tags_and_lists_the_agents_files(tmp_path, problem_
     assert "file agent-output.txt: 25,000 characters" in view.stdout and "--files" in view.stdout
     whole = mkb("trial", spec.trial_id, "--db", str(db), "--files")
     assert whole.stdout.count("line\n") == 5000
+
+
+def test_default_budgets_are_the_published_benchmarks_and_help_says_so():
+    from metakernelbench.protocol import Budget
+
+    assert (Budget().submissions, Budget().wall_s) == (10, 2400.0)
+    text = " ".join(mkb("run", "--help").stdout.replace("│", " ").split())
+    assert "Default budgets per trial are the published benchmark's: 10 submissions and 2400 s of wall time" in text
