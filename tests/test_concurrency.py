@@ -13,7 +13,7 @@ from metakernelbench.agent.trial import DISTILL_PROMPT
 from metakernelbench.execute import GradingLanes, LanesClosed
 from metakernelbench.grader import GraderConfig
 from metakernelbench.protocol import Budget, plan
-from metakernelbench.protocol.runner import execute
+from metakernelbench.protocol.runner import SetupFailed, execute
 from metakernelbench.store import Store
 
 HONEST = Path(__file__).parent / "adversarial" / "honest_rmsnorm.py"
@@ -139,14 +139,15 @@ def test_a_failing_trial_stops_the_run_and_a_rerun_finishes_the_rest(tmp_path, s
 
     outcomes = Counter()
     with lanes_for(["cpu"], log, seconds=0.01) as lanes:
-        with pytest.raises(ClientError, match="invalid API key"):
+        with pytest.raises(SetupFailed, match="agent_error.*invalid API key"):
             execute(store, specs, {p.id: p for p in suite}, make_client, lanes, {},
                     lambda spec, outcome: outcomes.update([spec.trial_id]), concurrency=2)
     statuses = Counter(t.status for t in store.trials("r"))
-    # the trial in flight when the key failed ran to its end; nothing new started
-    assert statuses == {"finished": 1, "running": 1, "pending": 4} and len(calls) == 2
+    # the trial in flight when the key failed ran to its end; nothing new started; the failed one is no result
+    assert statuses == {"finished": 1, "agent_error": 1, "pending": 4} and len(calls) == 2
     (first,) = [t for t in store.trials("r") if t.status == "finished"]
-    assert store.trial(bad[0]).status == "running"
+    assert store.trial(bad[0]).status == "agent_error" and "invalid API key" in store.trial(bad[0]).error
+    outcomes.pop(bad[0])  # reported as agent_error, not as a result
 
     with lanes_for(["cpu"], log, seconds=0.01) as lanes:
         execute(store, specs, {p.id: p for p in suite}, lambda spec, problem: SlowClient(0.01), lanes, {},

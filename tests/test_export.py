@@ -18,6 +18,8 @@ def _store(tmp_path):
     store.add_message(first, 0, "user", "task")
     store.add_message(first, 1, "assistant", "```python\nx = 1\n```")
     store.add_submission(first, 0, "x = 1", {"passed": False, "failed_check": "static_rules"})
+    store.add_regrade(first, 0, 0, {"passed": True, "runtime": {"median_ms": 0.5}})
+    store.add_artifact(first, "agent-output.txt", "whole output " * 1000)
     store.finish_trial(first, {"passed": False}, "keep sums in fp32", {"words": 4}, {"output_tokens": 7})
     return store, specs
 
@@ -25,9 +27,12 @@ def _store(tmp_path):
 def test_jsonl_export_round_trips_with_a_complete_legend(tmp_path):
     store, specs = _store(tmp_path)
     paths = export(store, tmp_path / "out", "jsonl")
-    assert sorted(p.name for p in paths) == ["legend.json", "messages.jsonl", "submissions.jsonl", "trials.jsonl"]
+    assert sorted(p.name for p in paths) == ["artifacts.jsonl", "legend.json", "messages.jsonl", "regrades.jsonl",
+                                             "submissions.jsonl", "trials.jsonl"]
     tables = {name: [json.loads(line) for line in (tmp_path / "out" / f"{name}.jsonl").read_text().splitlines()]
-              for name in ("trials", "submissions", "messages")}
+              for name in ("trials", "submissions", "messages", "regrades", "artifacts")}
+    assert tables["artifacts"][0]["text"] == "whole output " * 1000 and not tables["artifacts"][0]["truncated"]
+    assert tables["regrades"][0]["verdict"]["runtime"]["median_ms"] == 0.5
     assert len(tables["trials"]) == len(specs) and len(tables["submissions"]) == 1 and len(tables["messages"]) == 2
     assert tables["submissions"][0]["verdict"]["failed_check"] == "static_rules"
     finished = next(t for t in tables["trials"] if t["status"] == "finished")

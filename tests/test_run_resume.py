@@ -62,3 +62,40 @@ def test_kill_and_resume(tmp_path):
         if trial_id in finished_before:
             assert finished == finished_at[trial_id] and attempts == 1  # never redone
         assert per_trial.get(trial_id) == 1  # exactly one submission each: none lost, none duplicated
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
+
+
+def test_a_grader_orphaned_by_sigkill_exits_quietly(tmp_path):
+    """SIGKILL of `mkb run` alone, while a submission is being graded: the orphaned fork server and its child finish
+    or leave without printing a traceback into the user's terminal."""
+    db, errors = tmp_path / "run.sqlite", tmp_path / "stderr.txt"
+    with errors.open("w") as stderr:
+        run = subprocess.Popen([sys.executable, "-m", "metakernelbench", "run", "--model", "reference", "--dsls",
+                                "tirx", "--arms", "solo", "--device", "cpu", "--db", str(db)],
+                               stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    deadline, server = time.monotonic() + 120, None
+    while time.monotonic() < deadline and server is None:
+        time.sleep(0.2)
+        servers = [c for c in _children_of(run.pid) if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        server = next((s for s in servers if _children_of(s)), None)  # a submission is being graded
+    assert server is not None, "no submission was graded within two minutes"
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and Path(f"/proc/{server}").exists():
+        time.sleep(0.2)
+    try:
+        os.killpg(run.pid, signal.SIGKILL)  # whatever is still left of the group
+    except ProcessLookupError:
+        pass
+    assert "Traceback" not in errors.read_text(), errors.read_text()

@@ -1,6 +1,7 @@
 """The `mkb` command: problems, grading and validation; agent runs, their status, transcripts and exports."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -23,9 +24,9 @@ LEDGER = Path("validation/ledger")
 AWAITING_FILE = "awaiting-gpu.json"
 
 
-def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def _problems(suite: Optional[Path], names: Optional[str] = None):
@@ -257,37 +258,60 @@ def validate(dsl: Optional[str] = typer.Option(None, help="Comma-separated DSLs 
 
 
 @app.command()
-def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, replay:DIR, reference (offline), or "
-                                              "command:CMD (an agent CLI run in a sandboxed workspace)."),
+def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, replay:DIR, reference (offline); or an "
+                                              "agent CLI run in a sandboxed workspace: claude-code:MODEL, "
+                                              "codex:MODEL, command:CMD."),
         problems: Optional[str] = typer.Option(None, help="Comma-separated problems (default: all)."),
         families: Optional[str] = typer.Option(None, help="Comma-separated families (default: all)."),
         dsls: Optional[str] = typer.Option(None, help="Comma-separated DSLs (default: all)."),
         arms: str = typer.Option("solo,skill,placebo", help="Arms: solo, skill, placebo."),
         replicates: int = typer.Option(1, help="Replicates of every cell."),
         solo_control: bool = typer.Option(True, help="Add a second solo replicate (the noise floor)."),
-        submissions: int = typer.Option(10, help="Budget: submissions per trial (every arm alike)."),
-        turns: int = typer.Option(40, help="Budget: model turns per trial."),
-        output_tokens: int = typer.Option(400_000, help="Budget: output tokens per trial."),
-        wall_s: float = typer.Option(3600.0, help="Budget: wall seconds per trial."),
-        temperature: Optional[float] = typer.Option(None), max_output_tokens: int = typer.Option(16384),
+        submissions: int = typer.Option(10, help="Budget: submissions per trial, every arm alike (default 10, the "
+                                                 "published benchmark's)."),
+        turns: Optional[int] = typer.Option(None, help="Budget: model turns per trial (default 40; command agents: "
+                                                       "only where the agent takes a turn limit)."),
+        output_tokens: Optional[int] = typer.Option(None, help="Budget: output tokens per trial (default 400000; "
+                                                               "not for command agents)."),
+        wall_s: float = typer.Option(2400.0, help="Budget: wall seconds per trial (default 2400, the published "
+                                                  "benchmark's)."),
+        temperature: Optional[float] = typer.Option(None),
+        max_output_tokens: Optional[int] = typer.Option(None, help="Per answer (default 16384; not for command "
+                                                                   "agents)."),
         reasoning_effort: Optional[str] = typer.Option(None), base_url: Optional[str] = typer.Option(None),
-        agent_env: str = typer.Option("", help="command:CMD only: comma-separated environment variables the agent "
-                                               "gets (its own API key); it sees no other secret."),
+        agent_env: str = typer.Option("", help="Command agents only: comma-separated environment variables the "
+                                               "agent gets (its own API key); it sees no other secret, and their "
+                                               "values never reach the store."),
+        regrades: int = typer.Option(2, help="Fresh gradings of each trial's chosen submission; their median is the "
+                                             "trial's runtime (0: the grading that chose it)."),
+        prices: Optional[Path] = typer.Option(None, help="JSON of extra model prices, USD per million tokens: "
+                                                         '{"MODEL": {"input": 3, "cached_input": 0.3, "output": 15}}.'),
+        max_cost: Optional[float] = typer.Option(None, help="Start no trial once the run has cost this many USD "
+                                                            "(rerun with a higher limit to go on)."),
+        replan: bool = typer.Option(False, help="Redo finished trials whose task changed since they ran (and the "
+                                                "skill arms fed by them) instead of refusing to resume."),
         seed: int = typer.Option(0, help="Fixes placebo choices."),
         db: Path = typer.Option(Path("results/mkb.sqlite"), help="The results store (SQLite)."),
         run_id: str = typer.Option("main", help="Name of the run inside the store; rerun it to resume."),
         device: Optional[str] = typer.Option(
             None, help="Grading devices, one lane each: cuda:0,cuda:1 or cpu (default: every visible GPU, else cpu)."),
         concurrency: int = typer.Option(4, help="Trials in flight at once (they mostly wait on the model)."),
-        dry_run: bool = typer.Option(False, help="Print the plan and exit."),
+        dry_run: bool = typer.Option(False, help="Print the plan, its worst-case tokens, cost and wall time, and exit."),
         suite: Optional[Path] = SuiteOption) -> None:
-    """Plan and run trials: solo in every DSL, then skill and placebo arms; resumable (rerun the same command)."""
-    from metakernelbench.agent.clients import ClientError, Sampling, make_client
-    from metakernelbench.agent.command import run_command_trial
+    """Plan and run trials: solo in every DSL, then skill and placebo arms; resumable (rerun the same command).
+
+    Default budgets per trial are the published benchmark's: 10 submissions and 2400 s of wall time (plus 40 turns
+    and 400000 output tokens for chat models). A trial whose agent could not be set up ends as agent_error, makes
+    the run exit non-zero and is retried on resume."""
+    from metakernelbench.agent.clients import ClientError, Sampling, make_client, ping
+    from metakernelbench.agent.command import preflight, run_command_trial
+    from metakernelbench.agent.presets import agent_command, is_command_agent
     from metakernelbench.agent.reference import ReferenceClient
     from metakernelbench.agent.trial import run_trial as run_chat_trial
+    from metakernelbench.agent.usage import PriceError, Prices
     from metakernelbench.protocol import Budget, PlanError, plan
-    from metakernelbench.protocol.runner import execute
+    from metakernelbench.protocol.fingerprint import fingerprints, stale_trials
+    from metakernelbench.protocol.runner import CostSpent, SetupFailed, execute
     from metakernelbench.store import Store, StoreError
 
     chosen, dsl_list = _problems(suite, problems), _dsls(dsls)
@@ -300,45 +324,68 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
         chosen = [p for p in chosen if p.family in wanted]
     if concurrency < 1:
         _fail(f"--concurrency must be at least 1, not {concurrency}")
-    budget = Budget(submissions, turns, output_tokens, wall_s)
-    sampling = Sampling(temperature, max_output_tokens, reasoning_effort)
+    if max_cost is not None and max_cost <= 0:
+        _fail(f"--max-cost {max_cost} spends nothing: pass a positive number of USD")
     try:
-        specs = plan(run_id, model, [p.id for p in chosen], dsl_list, [a.strip() for a in arms.split(",")],
-                     replicates, budget, seed, solo_control)
-    except PlanError as exc:
+        price_table = Prices.with_file(prices)
+    except PriceError as exc:
         _fail(str(exc))
-    counts = {arm: sum(s.arm == arm for s in specs) for arm in ("solo", "skill", "placebo")}
-    console.print(f"plan: {len(specs)} trials ({', '.join(f'{n} {a}' for a, n in counts.items() if n)}) of "
-                  f"{model} on {len(chosen)} problems x {len(dsl_list)} DSLs; budget {budget}", highlight=False)
-    if dry_run:
-        from metakernelbench.analysis.power import no_transfer_lift_range, published_comparison
-
-        cells = len({(s.source_dsl, s.dsl) for s in specs if s.arm != "solo"}) or len(dsl_list)
-        noise = no_transfer_lift_range(len(chosen), replicates, cells)
-        console.print(f"noise alone moves paired lift within ±{noise.half_width:.0f}% per model×direction cell "
-                      f"({len(chosen)} problems x {replicates} replicate{'s' if replicates != 1 else ''}, {cells} "
-                      f"cells: expected extremes {noise.cells_low:+.0f}%..{noise.cells_high:+.0f}%) "
-                      f"(74-problem published range for comparison: {published_comparison()})", highlight=False)
-        table = Table("trial", "problem", "dsl", "arm", "source", "replicate")
-        for s in specs:
-            table.add_row(s.trial_id, s.problem, s.dsl, s.arm, s.skill_problem or s.source_dsl or "", str(s.replicate))
-        console.print(table)
-        return
-    command = model.removeprefix("command:") if model.startswith("command:") else None
+    budget = Budget(submissions, 40 if turns is None else turns, 400_000 if output_tokens is None else output_tokens,
+                    wall_s)
+    sampling = Sampling(temperature, 16384 if max_output_tokens is None else max_output_tokens, reasoning_effort)
     env_keys = tuple(k.strip() for k in agent_env.split(",") if k.strip())
-    if command is not None:
-        if not command.strip():
-            _fail("command: names no command: pass --model 'command:CMD' with the agent's command line")
-        for key in env_keys:
-            if key not in os.environ:
-                _fail(f"--agent-env names {key}, which is not set: export it or drop it from --agent-env")
+    agent = None
+    if is_command_agent(model):
+        try:
+            agent = agent_command(model, budget, base_url=base_url, agent_env=env_keys, turns=turns,
+                                  reasoning_effort=reasoning_effort, temperature=temperature,
+                                  max_output_tokens=max_output_tokens, output_tokens=output_tokens)
+        except ClientError as exc:
+            _fail(str(exc))
+        if agent.label != model:
+            err.print("warning: the command line holds what looks like a key; it is redacted from every record, "
+                      "but pass keys by name instead: export the variable and name it in --agent-env",
+                      highlight=False, markup=False, soft_wrap=True)
     elif env_keys:
-        _fail("--agent-env is for command:CMD agents only: drop it")
+        _fail("--agent-env is for command agents (claude-code:, codex:, command:) only: drop it")
     elif model != "reference":
         try:
             make_client(model, sampling, base_url=base_url)
         except ClientError as exc:
             _fail(str(exc))
+    label = agent.label if agent else model
+    offline = model == "reference" or model.startswith("replay:")
+    on_cpu = not offline and not dry_run and _require_gpu_or_cpu_consent(device, dsls)
+    try:
+        specs = plan(run_id, label, [p.id for p in chosen], dsl_list, [a.strip() for a in arms.split(",")],
+                     replicates, budget, seed, solo_control, regrades)
+    except PlanError as exc:
+        _fail(str(exc))
+    counts = {arm: sum(s.arm == arm for s in specs) for arm in ("solo", "skill", "placebo")}
+    console.print(f"plan: {len(specs)} trials ({', '.join(f'{n} {a}' for a, n in counts.items() if n)}) of "
+                  f"{label} on {len(chosen)} problems x {len(dsl_list)} DSLs; budget {budget}; {regrades} fresh "
+                  "gradings score each trial", highlight=False, markup=False)
+    if dry_run:
+        _print_dry_run(specs, chosen, dsl_list, replicates, concurrency, agent, offline, sampling, model, price_table)
+        return
+    if on_cpu:
+        err.print("warning: no GPU: grading TIRx on the CPU through LLVM; runtimes are CPU times, not GPU times",
+                  highlight=False, markup=False, soft_wrap=True)
+    if agent is not None:
+        try:
+            preflight(agent, db)
+            if agent.api is not None:
+                api_model, api_url, key_var = agent.api
+                ping(make_client(api_model, Sampling(max_output_tokens=16), base_url=api_url, max_retries=2,
+                                 api_key=os.environ[key_var], wire="responses" if agent.wire == "responses" else "chat"))
+        except ClientError as exc:
+            _fail(f"preflight: {exc}")
+    elif not offline:
+        try:
+            ping(make_client(model, dataclasses.replace(sampling, max_output_tokens=16), base_url=base_url,
+                             max_retries=2))
+        except ClientError as exc:
+            _fail(f"preflight: {exc}")
     from metakernelbench.execute import GradingLanes, local_devices
     from metakernelbench.grader import GraderConfig
     from metakernelbench.grader.validation import environment
@@ -346,23 +393,33 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
     devices = [_device(d.strip()) for d in device.split(",") if d.strip()] if device else local_devices()
     if len(set(devices)) != len(devices):
         _fail(f"--device {device} names a device twice: give each GPU one grading lane")
-    config = {"model": model, "problems": [p.id for p in chosen], "dsls": dsl_list, "arms": arms,
+    config = {"model": label, "problems": [p.id for p in chosen], "dsls": dsl_list, "arms": arms,
               "replicates": replicates, "solo_control": solo_control, "budget": budget.__dict__,
-              "sampling": sampling.__dict__, "seed": seed, "base_url": base_url}
-    if command is not None:
-        config["agent_env"] = list(env_keys)
+              "sampling": sampling.__dict__, "seed": seed, "base_url": base_url, "regrades": regrades}
+    by_id = {p.id: p for p in chosen}
+    hashes = fingerprints(specs, by_id)
     try:
         store = Store(db)
-        store.ensure_run(run_id, config, {**environment(devices[0]), "grading_devices": devices})
+        store.ensure_run(run_id, config, {**environment(devices[0]), "grading_devices": devices,
+                                          "agent_env": list(env_keys)})
     except StoreError as exc:
         _fail(str(exc))
+    stale = stale_trials(store.trials(run_id), specs, hashes)
+    if stale and not replan:
+        store.close()
+        first = next(s for s in specs if s.trial_id == stale[0])
+        _fail(f"run '{run_id}' in {db} has {len(stale)} finished trials whose task changed since they ran (first: "
+              f"{first.problem} [{first.dsl}] {first.arm}): pass --replan to redo them, or a new --run-id")
+    if stale:
+        store.replan({t: hashes[t] for t in stale})
+        console.print(f"replanned {len(stale)} trials whose task changed", highlight=False)
 
     def client_for(spec, problem):
-        if command is not None:
-            return command  # run_command_trial's "client" is the agent's command line
+        if agent is not None:
+            return agent  # run_command_trial's "client" is the agent
         if model == "reference":
             return ReferenceClient(problem, spec.dsl, sampling)
-        return make_client(model, sampling, base_url=base_url)
+        return make_client(model, sampling, base_url=base_url, prices=price_table)
 
     progress = _RunProgress(store, specs)
 
@@ -370,18 +427,65 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
         mark = outcome if isinstance(outcome, str) else ("pass" if outcome.passed else "fail")
         progress.trial_ended(spec, f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: {mark}")
 
-    by_id = {p.id: p for p in chosen}
-    run_trial = run_chat_trial if command is None else functools.partial(run_command_trial, env_keys=env_keys)
+    run_trial = run_chat_trial if agent is None else functools.partial(run_command_trial, prices=price_table)
     console.print(f"grading lanes: {', '.join(devices)}; up to {concurrency} trials in flight", highlight=False)
     try:
         with GradingLanes(devices, GraderConfig(preload_dsls=tuple(dsl_list))) as lanes, progress:
             execute(store, specs, by_id, client_for, lanes, sampling.__dict__, on_trial=report,
-                    concurrency=concurrency, run_trial=run_trial)
-    except ClientError as exc:
-        _fail(f"{exc} (finished trials are kept; rerun the same command to resume)")
+                    concurrency=concurrency, run_trial=run_trial, task_hashes=hashes, max_cost_usd=max_cost)
+    except (SetupFailed, CostSpent) as exc:
+        store.close()
+        _print_status(db, run_id)
+        _fail(str(exc), 3 if isinstance(exc, CostSpent) else 2)
     finally:
         store.close()
     _print_status(db, run_id)
+
+
+def _require_gpu_or_cpu_consent(device: Optional[str], dsls: Optional[str]) -> bool:
+    """A real model's trials on a machine without a GPU are graded on the CPU, where CuTe DSL cannot run and times
+    are not GPU times: that takes an explicit --device cpu --dsls tirx. True when grading will be on the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    if device != "cpu" or dsls is None or [d.strip() for d in dsls.split(",") if d.strip()] != ["tirx"]:
+        _fail("no GPU here: a real model's trials would be graded on the CPU, where CuTe DSL cannot run; pass "
+              "--device cpu --dsls tirx to run them there anyway")
+    return True
+
+
+def _print_dry_run(specs, chosen, dsl_list, replicates, concurrency, agent, offline, sampling, model,
+                   price_table) -> None:
+    from metakernelbench.analysis.power import no_transfer_lift_range, published_comparison
+    from metakernelbench.protocol import worst_case
+    from metakernelbench.task import task_statement
+
+    cells = len({(s.source_dsl, s.dsl) for s in specs if s.arm != "solo"}) or len(dsl_list)
+    noise = no_transfer_lift_range(len(chosen), replicates, cells)
+    console.print(f"noise alone moves paired lift within ±{noise.half_width:.0f}% per model×direction cell "
+                  f"({len(chosen)} problems x {replicates} replicate{'s' if replicates != 1 else ''}, {cells} "
+                  f"cells: expected extremes {noise.cells_low:+.0f}%..{noise.cells_high:+.0f}%) "
+                  f"(74-problem published range for comparison: {published_comparison()})", highlight=False)
+    prompt = max((len(task_statement(p, d)) for p in chosen for d in dsl_list), default=0) // 4  # ~4 chars a token
+    bounded = agent is None and not offline
+    worst = worst_case(specs, concurrency, prompt, sampling.max_output_tokens if bounded else None,
+                       price=price_table.price(model) if bounded else None)
+    hours = f"{worst.wall_s:.0f} s ({worst.wall_s / 3600:.1f} h) at --concurrency {concurrency}, grading aside"
+    if offline:
+        tokens = "no model tokens (offline)"
+    elif worst.output_tokens is None:
+        tokens = "tokens and cost not bounded by mkb (the agent spends what it spends within its wall time)"
+    else:
+        cost = f"${worst.cost_usd:,.2f}" if worst.cost_usd is not None else "cost unknown (no price for the " \
+                                                                              "model: pass --prices FILE)"
+        tokens = f"{worst.input_tokens:,} input and {worst.output_tokens:,} output tokens, {cost} at list price"
+    console.print(f"worst case: {tokens}; wall time {hours}", highlight=False, markup=False)
+    table = Table("trial", "problem", "dsl", "arm", "source", "replicate")
+    for s in specs:
+        table.add_row(*(escape(v) for v in (s.trial_id, s.problem, s.dsl, s.arm, s.skill_problem or s.source_dsl
+                                            or "", str(s.replicate))))
+    console.print(table)
 
 
 class _RunProgress:
@@ -396,22 +500,23 @@ class _RunProgress:
         rows = [t for t in store.trials(specs[0].run_id) if t.trial_id in self.ids] if specs else []
         self.done = sum(t.status in ("finished", "skipped") for t in rows)
         self.passed = sum(bool((t.result or {}).get("passed")) for t in rows)
-        self.tokens = sum((t.usage or {}).get("output_tokens", 0) for t in rows)
-        self.cost = sum((t.usage or {}).get("cost_usd") or 0.0 for t in rows)
+        self.tokens = sum((t.usage or {}).get("output_tokens") or 0 for t in rows)
+        self.costs = [t.usage.get("cost_usd") for t in rows if t.usage and "cost_usd" in t.usage]
         self.bar = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                             TimeElapsedColumn(), console=console, transient=False)
         self.task = self.bar.add_task(self._text(), total=len(self.ids), completed=self.done)
 
     def _text(self) -> str:
-        return f"passed {self.passed} · output tokens {self.tokens} · cost ${self.cost:.2f}"
+        return f"passed {self.passed} · output tokens {self.tokens:,} · cost {_money(self.costs)}"
 
     def trial_ended(self, spec, line: str) -> None:
         row = self.store.trial(spec.trial_id)
         with self.lock:
             self.done += 1
             self.passed += bool((row.result or {}).get("passed"))
-            self.tokens += (row.usage or {}).get("output_tokens", 0)
-            self.cost += (row.usage or {}).get("cost_usd") or 0.0
+            self.tokens += (row.usage or {}).get("output_tokens") or 0
+            if row.usage and "cost_usd" in row.usage:
+                self.costs.append(row.usage["cost_usd"])
             self.bar.console.print(line, highlight=False, markup=False)
             self.bar.update(self.task, completed=self.done, description=self._text())
 
@@ -423,56 +528,99 @@ class _RunProgress:
         self.bar.stop()
 
 
-def _print_status(db: Path, run_id: Optional[str]) -> None:
+def _open_store(db: Path, fix: str = "run `mkb run` first or pass --db"):
+    """The store at `db`, or one line naming the fix (no file, not a store, a newer schema)."""
     from metakernelbench.store import Store, StoreError
 
     if not db.is_file():
-        _fail(f"no store at {db}: run `mkb run` first or pass --db")
+        _fail(f"no store at {db}: {fix}")
     try:
-        store = Store(db)
+        return Store(db)
     except StoreError as exc:
         _fail(str(exc))
-    table = Table("run", "arm", "trials", "finished", "passed", "skipped", "running", "pending")
+
+
+def _money(costs: list) -> str:
+    """A sum of costs, 'n/a' when none is known, marked '≥' when some trials used a model without a price."""
+    known = [c for c in costs if c is not None]
+    if not known:
+        return "n/a"
+    return ("≥" if len(known) < len(costs) else "") + f"${sum(known):.2f}"
+
+
+def _print_status(db: Path, run_id: Optional[str]) -> None:
+    store = _open_store(db)
+    columns = ("trials", "finished", "passed", "skipped", "agent_error", "running", "pending")
+    table = Table("run", "arm", *columns, "input tokens", "output tokens", "cost")
     rows: dict = {}
+    errors = []
     for t in store.trials(run_id):
-        row = rows.setdefault((t.run_id, t.arm), {"trials": 0, "finished": 0, "passed": 0, "skipped": 0,
-                                                  "running": 0, "pending": 0})
+        row = rows.setdefault((t.run_id, t.arm), {**{k: 0 for k in columns}, "input": 0, "output": 0, "costs": []})
         row["trials"] += 1
         row[t.status] += 1
         row["passed"] += bool(t.result and t.result.get("passed"))
+        if t.usage:
+            row["input"] += t.usage.get("input_tokens") or 0
+            row["output"] += t.usage.get("output_tokens") or 0
+            if "input_tokens" in t.usage or "cost_usd" in t.usage:
+                row["costs"].append(t.usage.get("cost_usd"))
+        if t.status == "agent_error":
+            errors.append(t)
     for (run, arm), row in rows.items():
-        table.add_row(run, arm, *(str(row[k]) for k in ("trials", "finished", "passed", "skipped", "running",
-                                                         "pending")))
+        table.add_row(escape(run), arm, *(str(row[k]) for k in columns), f"{row['input']:,}", f"{row['output']:,}",
+                      _money(row["costs"]))
     console.print(table)
+    for t in errors:
+        console.print(f"agent_error {t.trial_id} {t.problem} [{t.dsl}] {t.arm}: {t.error}", highlight=False,
+                      markup=False, soft_wrap=True)
     store.close()
 
 
 @app.command()
 def status(db: Path = typer.Option(Path("results/mkb.sqlite")), run_id: Optional[str] = None) -> None:
-    """Trials per run and arm: finished, passed, skipped, interrupted (running), pending."""
+    """Trials per run and arm: finished, passed, skipped, agent_error (set-up failures, retried on resume),
+    interrupted (running), pending; tokens and cost."""
     _print_status(db, run_id)
 
 
 @app.command()
-def trial(trial_id: str, db: Path = typer.Option(Path("results/mkb.sqlite"))) -> None:
-    """A trial's readable transcript, its verdicts and its skill."""
-    from metakernelbench.store import Store, StoreError
+def trial(trial_id: str, db: Path = typer.Option(Path("results/mkb.sqlite")),
+          files: bool = typer.Option(False, "--files", help="Also print the agent's whole output and its CLI's "
+                                                            "conversation files.")) -> None:
+    """A trial's readable transcript, its verdicts, its fresh gradings and its skill."""
+    from metakernelbench.store import StoreError
 
-    if not db.is_file():
-        _fail(f"no store at {db}: pass --db")
-    store = Store(db)
+    store = _open_store(db, "pass --db")
     try:
         row = store.trial(trial_id)
     except StoreError as exc:
         _fail(str(exc))
-    console.print(f"[bold]{row.trial_id}[/bold] {row.model} {row.problem} [{row.dsl}] {row.arm} r{row.replicate} "
-                  f"({row.status})", highlight=False)
+    console.print(f"{row.trial_id} {row.model} {row.problem} [{row.dsl}] {row.arm} r{row.replicate} ({row.status})",
+                  highlight=False, markup=False, style="bold")
+    if row.error:
+        console.print(f"agent_error: {row.error}", highlight=False, markup=False)
     for role, content in store.transcript(trial_id):
         console.rule(role)
         print(content)
     console.rule("skill")
     print(row.skill or "(none)")
-    console.print(f"result: {json.dumps(row.result)}", highlight=False)
+    for idx, submission, verdict in store.regrades(trial_id):
+        runtime = (verdict.get("runtime") or {}).get("median_ms")
+        console.print(f"fresh grading {idx + 1} of submission {submission}: "
+                      f"{'passed' if verdict['passed'] else 'FAILED ' + str(verdict['failed_check'])}"
+                      + (f", median {runtime:.4f} ms" if runtime else ""), highlight=False, markup=False)
+    artifacts = store.artifacts(trial_id)
+    for name, text, cut in artifacts:
+        if files:
+            console.rule(name, characters="=")
+            print(text)
+        else:
+            console.print(f"file {name}: {len(text):,} characters{' (cut at the cap)' if cut else ''}",
+                          highlight=False, markup=False)
+    if artifacts and not files:
+        console.print("(print them with --files)", highlight=False, markup=False)
+    console.print(f"result: {json.dumps(row.result)}", highlight=False, markup=False)
+    store.close()
 
 
 @app.command()
@@ -480,7 +628,8 @@ def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated prob
                                                            "problems declaring DEMO = True)."),
          db: Path = typer.Option(Path("results/demo.sqlite"), help="The demo's store."),
          device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda if present)."),
-         concurrency: int = typer.Option(2)) -> None:
+         concurrency: int = typer.Option(2),
+         regrades: int = typer.Option(2, help="Fresh gradings of each trial's chosen submission.")) -> None:
     """The whole protocol offline: the `reference` client submits the hidden reference solutions (solo in both
     DSLs, then skill and placebo arms), graded for real — on the GPU if there is one, else on the CPU, where TIRx runs
     through LLVM and CuTe DSL, which cannot launch without a GPU, fails. Writes the store and a summary beside it."""
@@ -489,10 +638,13 @@ def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated prob
 
     if not problems:  # the demo set: problems that declare DEMO = True (their TIRx references also run on a CPU)
         problems = ",".join(p.id for p in _problems(None) if getattr(p.module, "DEMO", False))
-    run(model="reference", problems=problems, families=None, dsls=None, arms="solo,skill,placebo", replicates=1, solo_control=True,
-        submissions=10, turns=40, output_tokens=400_000, wall_s=3600.0, temperature=None, max_output_tokens=16384,
-        reasoning_effort=None, base_url=None, agent_env="", seed=0, db=db, run_id="demo", device=device,
-        concurrency=concurrency, dry_run=False, suite=None)
+    if regrades < 0:
+        _fail(f"--regrades is {regrades}: pass 0 or more")
+    run(model="reference", problems=problems, families=None, dsls=None, arms="solo,skill,placebo", replicates=1,
+        solo_control=True, submissions=10, turns=None, output_tokens=None, wall_s=2400.0, temperature=None,
+        max_output_tokens=None, reasoning_effort=None, base_url=None, agent_env="", regrades=regrades, prices=None,
+        max_cost=None, replan=False, seed=0, db=db, run_id="demo", device=device, concurrency=concurrency,
+        dry_run=False, suite=None)
     store = Store(db)
     text = summarise(store, "demo")
     store.close()
@@ -507,16 +659,15 @@ def export_store(db: Path = typer.Option(Path("results/mkb.sqlite")),
                  out: Path = typer.Option(Path("results/export"), help="Folder for the exported files."),
                  fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet.")) -> None:
     """Export trials, submissions and transcripts (with legend.json) for analysis elsewhere."""
-    from metakernelbench.store import Store, StoreError
     from metakernelbench.store.export import export
 
-    if not db.is_file():
-        _fail(f"no store at {db}: pass --db")
+    store = _open_store(db, "pass --db")
     try:
-        store = Store(db)
         paths = export(store, out, fmt)
-    except (StoreError, ValueError) as exc:
+    except ValueError as exc:
         _fail(str(exc))
+    finally:
+        store.close()
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
 
 
@@ -530,17 +681,11 @@ def report_cmd(db: Path = typer.Option(Path("results/mkb.sqlite"), help="The res
                                                 "table for what this machine needs.")) -> None:
     """Full report of a run: ladders, paired statistics against the noise floor, relative standing and plots."""
     from metakernelbench.analysis.report import ReportError, report_store
-    from metakernelbench.store import Store, StoreError
 
     if not 0 <= min_margin < 100:
         _fail(f"--min-margin {min_margin} is not a relative margin: pass a number from 0 (the timing spread "
               "alone) up, e.g. 0.3")
-    if not db.is_file():
-        _fail(f"no store at {db}: run `mkb run` first or pass --db")
-    try:
-        store = Store(db)
-    except StoreError as exc:
-        _fail(str(exc))
+    store = _open_store(db)
     try:
         report = report_store(store, out, run_id, min_margin=min_margin)
     except (ReportError, ValueError) as exc:  # ValueError: an incomplete trial result (metrics.compare names it)

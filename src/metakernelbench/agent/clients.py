@@ -2,7 +2,9 @@
 model string, with one retry policy of our own (the SDKs' retries are off) and every failure a one-line fix.
 
 `openai:MODEL` speaks chat.completions to api.openai.com or any OpenAI-compatible server (vLLM, SGLang, Ollama,
-OpenRouter, DeepSeek); `anthropic:MODEL` speaks the Messages API; `replay:DIR` plays recorded turns back offline.
+OpenRouter, DeepSeek), or the Responses API with `wire="responses"`; `anthropic:MODEL` speaks the Messages API;
+`replay:DIR` plays recorded turns back offline. A reply whose server reports no cost is priced from the price table
+(`agent.usage`); a model the table lacks has an unknown cost (None), never $0.
 The SDKs are imported inside the client constructors, so this module imports on GPU nodes that lack them.
 
 Retries: HTTP 408, 409, 429, 5xx, dropped connections, and bodies that are not JSON (a gateway's truncated or HTML
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 from urllib.parse import urlsplit
+
+from metakernelbench.agent.usage import Prices
 
 RETRY_BASE_S = 1.0
 RETRY_CAP_S = 60.0
@@ -72,9 +76,10 @@ class ModelClient(Protocol):
 
 def make_client(spec: str, sampling: Sampling = Sampling(), *, base_url: str | None = None,
                 api_key: str | None = None, max_retries: int = 6, replay_dir: str | Path | None = None,
-                sleep: Callable[[float], None] = time.sleep) -> ModelClient:
+                sleep: Callable[[float], None] = time.sleep, prices: Prices = Prices(),
+                wire: str = "chat") -> ModelClient:
     """The client for a model string. `replay_dir` anchors a relative `replay:DIR` (default: the working directory);
-    `sleep` is how backoff waits (tests pass a recorder)."""
+    `sleep` is how backoff waits (tests pass a recorder); `prices` prices replies; `wire` picks OpenAI's API."""
     prefix, _, name = spec.partition(":")
     if prefix not in PREFIXES or not name:
         raise ClientError(f"unknown model string '{spec}': use openai:MODEL, anthropic:MODEL or replay:DIR")
@@ -82,8 +87,14 @@ def make_client(spec: str, sampling: Sampling = Sampling(), *, base_url: str | N
         raise ClientError(f"max_retries is {max_retries}: pass 0 or more")
     if prefix == "replay":
         return ReplayClient(spec, sampling, Path(replay_dir or ".") / name)
-    client = OpenAIClient if prefix == "openai" else AnthropicClient
-    return client(spec, sampling, name, base_url, api_key, max_retries, sleep)
+    if prefix == "openai":
+        return OpenAIClient(spec, sampling, name, base_url, api_key, max_retries, sleep, prices, wire)
+    return AnthropicClient(spec, sampling, name, base_url, api_key, max_retries, sleep, prices)
+
+
+def ping(client: ModelClient) -> None:
+    """One tiny request, so a run learns that its model answers before its first trial; raises ClientError."""
+    client.complete("", [{"role": "user", "content": "Reply with OK."}])
 
 
 class ReplayClient:
@@ -157,9 +168,15 @@ class _SDKClient:
     api_name: str  # the wire format, named in the fix for a garbled answer
 
     def __init__(self, spec: str, sampling: Sampling, model: str, base_url: str, max_retries: int,
-                 sleep: Callable[[float], None]) -> None:
+                 sleep: Callable[[float], None], prices: Prices) -> None:
         self.spec, self.sampling, self.model, self.base_url = spec, sampling, model, base_url
-        self.max_retries, self.sleep = max_retries, sleep
+        self.max_retries, self.sleep, self.prices = max_retries, sleep, prices
+
+    def _priced(self, reply: Reply) -> Reply:
+        if reply.cost_usd is not None:
+            return reply
+        cost = self.prices.cost(self.model, reply.input_tokens, reply.cached_tokens, reply.output_tokens)
+        return Reply(**{**reply.__dict__, "cost_usd": cost})
 
     def complete(self, system: str, messages: list[dict]) -> Reply:
         attempt = 0
@@ -191,7 +208,7 @@ class _SDKClient:
         if not isinstance(body, dict):
             raise _Retry(f"{self.base_url} answered with no JSON object ({_one_line(text, 80)!r})",
                          f"check that the base URL points at the {self.api_name} API")
-        return self._reply(body, latency)
+        return self._priced(self._reply(body, latency))
 
     def _http_failure(self, status: int, error: dict, headers) -> Exception:
         """The exception for an HTTP error: `_Retry` where waiting may help, else the `ClientError` naming the fix."""
@@ -215,12 +232,18 @@ class _SDKClient:
 
 
 class OpenAIClient(_SDKClient):
-    """chat.completions through the official `openai` SDK, for OpenAI and every OpenAI-compatible server."""
+    """chat.completions (or, with wire "responses", the Responses API) through the official `openai` SDK, for OpenAI
+    and every OpenAI-compatible server."""
 
-    key_var, api_name = "OPENAI_API_KEY", "OpenAI chat.completions"
+    key_var = "OPENAI_API_KEY"
 
     def __init__(self, spec: str, sampling: Sampling, model: str, base_url: str | None, api_key: str | None,
-                 max_retries: int, sleep: Callable[[float], None]) -> None:
+                 max_retries: int, sleep: Callable[[float], None], prices: Prices = Prices(),
+                 wire: str = "chat") -> None:
+        if wire not in ("chat", "responses"):
+            raise ClientError(f"unknown OpenAI wire '{wire}': use chat or responses")
+        self.wire = wire
+        self.api_name = "OpenAI chat.completions" if wire == "chat" else "OpenAI Responses"
         try:
             import openai
         except ImportError:
@@ -229,7 +252,7 @@ class OpenAIClient(_SDKClient):
         key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if custom else None)
         if key is None:
             raise ClientError(f"{spec} needs an API key: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)")
-        super().__init__(spec, sampling, model, custom or "https://api.openai.com/v1", max_retries, sleep)
+        super().__init__(spec, sampling, model, custom or "https://api.openai.com/v1", max_retries, sleep, prices)
         self._sdk = openai
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=REQUEST_TIMEOUT_S)
         # api.openai.com refuses max_tokens for reasoning models; compatible servers all read max_tokens, while
@@ -238,6 +261,8 @@ class OpenAIClient(_SDKClient):
         self._limit = {"max_completion_tokens" if official else "max_tokens": sampling.max_output_tokens}
 
     def _send(self, system: str, messages: list[dict]) -> str:
+        if self.wire == "responses":
+            return self._send_responses(system, messages)
         options = dict(self._limit)
         if self.sampling.temperature is not None:
             options["temperature"] = self.sampling.temperature
@@ -248,7 +273,27 @@ class OpenAIClient(_SDKClient):
                                                                      **options)
         return raw.http_response.text
 
+    def _send_responses(self, system: str, messages: list[dict]) -> str:
+        options = {"max_output_tokens": self.sampling.max_output_tokens}
+        if system:
+            options["instructions"] = system
+        if self.sampling.temperature is not None:
+            options["temperature"] = self.sampling.temperature
+        if self.sampling.reasoning_effort is not None:
+            options["reasoning"] = {"effort": self.sampling.reasoning_effort}
+        raw = self._client.responses.with_raw_response.create(model=self.model, input=messages, **options)
+        return raw.http_response.text
+
     def _reply(self, body: dict, latency: float) -> Reply:
+        if self.wire == "responses":
+            text = "".join(part.get("text") or "" for item in body.get("output") or [] if isinstance(item, dict)
+                           and item.get("type") == "message" for part in item.get("content") or []
+                           if isinstance(part, dict) and part.get("type") == "output_text")
+            usage = body.get("usage") or {}
+            return Reply(text=text, input_tokens=usage.get("input_tokens") or 0,
+                         output_tokens=usage.get("output_tokens") or 0,
+                         cached_tokens=(usage.get("input_tokens_details") or {}).get("cached_tokens") or 0,
+                         cost_usd=None, latency_s=latency, model=body.get("model") or self.model)
         choices = body.get("choices") or []
         if not choices and body.get("error"):
             # OpenRouter reports an upstream failure that began after its 200 header inside the body instead.
@@ -271,7 +316,7 @@ class AnthropicClient(_SDKClient):
     key_var, api_name = "ANTHROPIC_API_KEY", "Anthropic Messages"
 
     def __init__(self, spec: str, sampling: Sampling, model: str, base_url: str | None, api_key: str | None,
-                 max_retries: int, sleep: Callable[[float], None]) -> None:
+                 max_retries: int, sleep: Callable[[float], None], prices: Prices = Prices()) -> None:
         try:
             import anthropic
         except ImportError:
@@ -283,7 +328,7 @@ class AnthropicClient(_SDKClient):
         if sampling.temperature is not None:
             # Anthropic API version 2026-10-21, which this SDK sends, answers 400 to any sampling parameter.
             raise ClientError(f"{spec} takes no temperature (the Anthropic API removed it): drop temperature")
-        super().__init__(spec, sampling, model, custom or "https://api.anthropic.com", max_retries, sleep)
+        super().__init__(spec, sampling, model, custom or "https://api.anthropic.com", max_retries, sleep, prices)
         self._sdk = anthropic
         # An explicit timeout also lifts the SDK's refusal of long non-streaming requests (max_tokens above ~21k).
         self._client = anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0,

@@ -2,8 +2,11 @@
 task, a `submit` script and its own API key, while the harness grades each submission from outside and enforces the
 budget (submissions, wall time).
 
-The workspace starts with TASK.md (the chat trial's first message plus how to work here) and `submit`, which sends
-`kernel.py` over a unix socket to the harness and prints the grader's verdict. The agent writes its skill to SKILL.md.
+The workspace starts with TASK.md (the chat trial's first message plus how to work here and what the sandbox has)
+and `submit`, which sends `kernel.py` over a unix socket to the harness and prints the grader's verdict. The agent
+writes its skill to SKILL.md. The agent's whole output and its CLI's own conversation files (HOME is the workspace)
+are kept, secrets redacted. An agent that made no submission and exited non-zero, could not start, or reported an
+error of its own (a CLI's JSON report) never attempted the task: the trial ends as agent_error, not as a failure.
 Isolation, named in the trial's result: bubblewrap where it works ("bwrap": new mount, PID, IPC, UTS and user
 namespaces; the system directories and the Python interpreter read-only; the workspace at /workspace; the socket at
 /run/mkb; a private /tmp; minimal /proc and /dev; the network kept, for the agent's model API). Otherwise, when the
@@ -29,16 +32,25 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import importlib.util
+
 import metakernelbench
 from metakernelbench.agent.clients import ClientError
-from metakernelbench.agent.trial import DISTILL_PROMPT, TrialResult, audit_skill, feedback, task_prompt, trial_result
+from metakernelbench.agent.presets import AgentCommand
+from metakernelbench.agent.secrets import redact
+from metakernelbench.agent.trial import (DISTILL_PROMPT, TrialResult, audit_skill, feedback, regrade, task_prompt,
+                                         trial_result)
+from metakernelbench.agent.usage import Prices, cli_report
 from metakernelbench.protocol import TrialSpec
 from metakernelbench.store import Store
 
 BWRAP = "bwrap"
 KERNEL_LIMIT = 1 << 20  # bytes of kernel.py one submission may send
 SKILL_LIMIT = 64 << 10  # bytes of SKILL.md the harness reads
-OUTPUT_TAIL = 8000  # characters of the agent's output kept in the transcript
+OUTPUT_TAIL = 8000  # characters of the agent's output quoted in the transcript
+OUTPUT_LIMIT = 32 << 20  # bytes of the agent's whole output kept (compressed), and of each conversation file
+CONVERSATIONS = (".claude/projects", ".codex/sessions")  # where the CLIs keep their conversation logs under HOME
+DSL_PACKAGES = {"cute": "cutlass", "tirx": "tvm"}
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TOP_LEVEL = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks into /usr on merged-/usr systems
 ETC = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/host.conf",
@@ -52,6 +64,9 @@ This folder is yours; grading happens outside it. Write your module to `kernel.p
 grades `kernel.py` and prints the grader's verdict (exit status 0 when it passed, 1 when it failed, 2 when refused). \
 You have {submissions} submissions and {wall_s:.0f} seconds in all. Improve correctness first, then speed.
 Before you stop, pass or fail, write `SKILL.md`. {distill}
+
+## What this sandbox has
+{facts} `./submit` is the only way to run your kernel: it is graded outside, on the benchmark's device.
 """
 
 SUBMIT = '''#!/usr/bin/env python3
@@ -80,14 +95,25 @@ sys.exit(int(status or 2))
 '''
 
 
+class AgentSetupError(ClientError):
+    """The agent never really attempted the task (it could not start, authenticate or reach its model)."""
+
+
+def _recorded(verdict: dict, hide: list[str]) -> dict:
+    """A verdict fit for the store: what the kernel printed, with the agent's secrets redacted."""
+    return {**verdict, **{tail: redact(verdict.get(tail) or "", hide) for tail in ("stdout_tail", "stderr_tail")}}
+
+
 class _Submissions:
     """Serves `submit` from outside the sandbox, one submission at a time: grades each kernel until the budget is
-    spent, then refuses; records every exchange (a refusal once per distinct text)."""
+    spent, then refuses; records every exchange (a refusal once per distinct text). The agent knows its key, so what
+    it sent and what its kernel printed are recorded with `hide` (the key's value) redacted; the file graded, and
+    the verdict's file_sha256, are the file as sent."""
 
     def __init__(self, spec: TrialSpec, grader, problem, store: Store, scratch: Path, listener: socket.socket,
-                 on_error) -> None:
+                 on_error, hide: list[str] = ()) -> None:
         self.spec, self.grader, self.problem, self.store, self.scratch = spec, grader, problem, store, scratch
-        self.listener, self.on_error = listener, on_error
+        self.listener, self.on_error, self.hide = listener, on_error, list(hide)
         self.verdicts: list[dict] = []
         self.refused = 0
         self.next_message = 1  # message 0 is TASK.md
@@ -144,11 +170,12 @@ class _Submissions:
         path = self.scratch / f"submission_{index:03d}.py"
         path.write_text(code)
         verdict = self.grader.grade(self.problem, self.spec.dsl, path).to_dict()
-        self.store.add_submission(self.spec.trial_id, index, code, verdict)
+        kept = redact(code, self.hide)
+        self.store.add_submission(self.spec.trial_id, index, kept, _recorded(verdict, self.hide))
         self.verdicts.append(verdict)
         text = feedback(verdict)
-        self.record("assistant", f"./submit\n```python\n{code.rstrip()}\n```")
-        self.record("user", text)
+        self.record("assistant", f"./submit\n```python\n{kept.rstrip()}\n```")
+        self.record("user", redact(text, self.hide))
         return (0 if verdict["passed"] else 1), text
 
     def _refuse(self, text: str) -> tuple[int, str]:
@@ -227,19 +254,121 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def run_command_trial(spec: TrialSpec, command: str, grader, problem, store: Store, skill: str | None, *,
-                      env_keys: tuple[str, ...] = ()) -> TrialResult:
-    """Run the agent `command` (a shell command line) on one trial to its end and record it as `run_trial` records a
-    chat model's trial. The agent's environment holds only PATH, HOME, LANG and the variables named in `env_keys`."""
-    missing = [key for key in env_keys if key not in os.environ]
+def sandbox_facts(isolation: str, dsl: str) -> str:
+    """What an agent can use where it runs, stated plainly in TASK.md: under bubblewrap no GPU device exists."""
+    bound = [Path("/usr")] + ([Path(prefix)] if (prefix := _interpreter_prefix()) else [])
+
+    def visible(module: str) -> bool:
+        found = importlib.util.find_spec(module)
+        origin = Path(found.origin or "").resolve() if found is not None and found.origin else None
+        return origin is not None and any(origin.is_relative_to(b) for b in bound)
+
+    python = f"Python {sys.version_info.major}.{sys.version_info.minor} (`python3`)"
+    have = lambda name, module: f"{name} {'is' if visible(module) else 'is not'} importable"  # noqa: E731
+    where = ("There is no GPU here" if isolation == "bwrap" else
+             "You run as the user `nobody`: do not use this machine's GPUs, which the grader times on")
+    return (f"{where}; the network is there for your model's API. {python} is installed; "
+            f"{have('PyTorch', 'torch')} and {have('the DSL package', DSL_PACKAGES.get(dsl, dsl))} here.")
+
+
+def _sandboxed(isolation: str, workspace: Path, sockets: Path, hidden: list[Path]):
+    """(argv prefix, Popen user options, HOME) of a process run in the agent's sandbox."""
+    if isolation == "bwrap":
+        return _bwrap_argv(workspace, sockets, hidden), {}, SANDBOX_WORKSPACE
+    nobody = pwd.getpwnam("nobody")
+    return [], {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}, str(workspace)
+
+
+def _agent_path() -> str:
+    prefix = _interpreter_prefix()
+    return f"{prefix}/bin:{SYSTEM_PATH}" if prefix else SYSTEM_PATH
+
+
+def preflight(agent: AgentCommand, store_path: Path) -> str:
+    """Check what can be checked before a run's first trial: the named variables are set and the agent's program
+    resolves inside the sandbox. Returns the isolation; raises ClientError naming the fix."""
+    missing = [key for key in agent.env_keys if key not in os.environ]
+    if missing:
+        raise ClientError(f"{agent.label.partition(':')[0]}: needs {missing[0]}, which is not set: export it (the "
+                          "agent gets it by name), or drop it from --agent-env")
+    with tempfile.TemporaryDirectory(prefix="mkb-preflight-", ignore_cleanup_errors=True) as tmp:
+        workspace, sockets = Path(tmp, f"workspace-{secrets.token_hex(8)}"), Path(tmp, f"socket-{secrets.token_hex(8)}")
+        for folder in (workspace, sockets):
+            folder.mkdir(mode=0o700)
+        hidden = [Path(metakernelbench.__file__).resolve().parent, Path(store_path).resolve().parent]
+        isolation = _isolation(workspace, sockets, hidden)
+        if agent.program is None:
+            return isolation
+        if isolation == "user nobody":
+            os.chmod(tmp, 0o711)
+            os.chown(workspace, pwd.getpwnam("nobody").pw_uid, -1)
+        argv, user, home = _sandboxed(isolation, workspace, sockets, hidden)
+        probe = subprocess.run(argv + ["/bin/sh", "-c", 'command -v "$1"', "sh", agent.program], cwd=workspace,
+                               env={"PATH": _agent_path(), "HOME": home}, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, **user)
+    if probe.returncode != 0:
+        outside = shutil.which(agent.program)
+        where = (f"it is installed at {outside}, outside the system folders the sandbox shows: install it under "
+                 "/usr or /usr/local (npm install -g as root does)") if outside else \
+            "it is not installed: install it under /usr or /usr/local"
+        raise ClientError(f"the agent program '{agent.program}' cannot be found inside the sandbox ({isolation}): "
+                          f"{where}")
+    return isolation
+
+
+def _read_capped(path: Path, limit: int) -> tuple[str, bool] | None:
+    """A regular file's text (never following a link the agent planted), at most `limit` bytes, and whether cut."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = file.read(limit + 1)
+    return data[:limit].decode(errors="replace"), len(data) > limit
+
+
+def _conversations(workspace: Path) -> list[tuple[str, str, bool]]:
+    """(name, text, truncated) of the CLIs' own conversation logs under the workspace (the agent's HOME)."""
+    found = []
+    for folder in CONVERSATIONS:
+        root = workspace / folder
+        if root.is_dir() and not root.is_symlink():
+            for path in sorted(root.rglob("*.jsonl")):
+                if (read := _read_capped(path, OUTPUT_LIMIT)) is not None:
+                    found.append((path.relative_to(workspace).as_posix(), *read))
+    return found
+
+
+def _setup_failure(exit_status: int, out_of_time: bool, submissions: int, report, tail: str) -> str | None:
+    """Why an agent never attempted the task, or None when it did (or may have: killed at the wall budget)."""
+    if submissions or out_of_time:
+        return None
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "no output")[:300]
+    if exit_status in (126, 127):
+        return f"the agent program could not start (exit status {exit_status}: {last})"
+    if report is not None and report.error:
+        return f"the agent reported an error before its first submission: {report.error[:300]}"
+    if report is not None and report.permission_denials:
+        return (f"the agent was refused permission for {report.permission_denials} tool calls and made no submission: "
+                "let it run tools without asking (Claude Code: --dangerously-skip-permissions)")
+    if exit_status != 0:
+        return f"the agent exited with status {exit_status} before its first submission: {last}"
+    return None
+
+
+def run_command_trial(spec: TrialSpec, agent: AgentCommand, grader, problem, store: Store, skill: str | None, *,
+                      prices: Prices = Prices()) -> TrialResult:
+    """Run `agent` on one trial to its end and record it as `run_trial` records a chat model's trial. The agent's
+    environment holds only PATH, HOME, LANG, the agent's fixed variables and those named in `agent.env_keys`.
+    Raises AgentSetupError (after recording what the agent printed) when the agent never attempted the task."""
+    missing = [key for key in agent.env_keys if key not in os.environ]
     if missing:
         raise ClientError(f"the agent's environment variable {missing[0]} is not set: export it or drop it from "
                           "--agent-env")
     started = time.monotonic()
-    budget = spec.budget
-    task = task_prompt(problem, spec.dsl, skill) + WORKSPACE_GUIDE.format(
-        submissions=budget.submissions, wall_s=budget.wall_s, distill=DISTILL_PROMPT.removeprefix(
-            "Your attempt is over. "))
+    budget, hide = spec.budget, agent.secrets()
     with tempfile.TemporaryDirectory(prefix="mkb-agent-", ignore_cleanup_errors=True) as tmp:
         # Unguessable names: under the fallback, other agents running as nobody cannot find this workspace.
         workspace, sockets = Path(tmp, f"workspace-{secrets.token_hex(8)}"), Path(tmp, f"socket-{secrets.token_hex(8)}")
@@ -248,19 +377,15 @@ def run_command_trial(spec: TrialSpec, command: str, grader, problem, store: Sto
             folder.mkdir(mode=0o700)
         hidden = [Path(metakernelbench.__file__).resolve().parent, store.path.resolve().parent]
         isolation = _isolation(workspace, sockets, hidden)
+        task = task_prompt(problem, spec.dsl, skill) + WORKSPACE_GUIDE.format(
+            submissions=budget.submissions, wall_s=budget.wall_s, distill=DISTILL_PROMPT.removeprefix(
+                "Your attempt is over. "), facts=sandbox_facts(isolation, spec.dsl))
         store.add_message(spec.trial_id, 0, "user", task)
         socket_path = sockets / "submit.sock"
-        env = {"PATH": SYSTEM_PATH, "LANG": os.environ.get("LANG", "C.UTF-8"),
-               **{key: os.environ[key] for key in env_keys}}
-        if prefix := _interpreter_prefix():
-            env["PATH"] = f"{prefix}/bin:{SYSTEM_PATH}"
-        if isolation == "bwrap":
-            argv, user, env["HOME"] = _bwrap_argv(workspace, sockets, hidden), {}, SANDBOX_WORKSPACE
-            inside_socket = f"{SANDBOX_SOCKETS}/{socket_path.name}"
-        else:
-            nobody = pwd.getpwnam("nobody")
-            argv, env["HOME"], inside_socket = [], str(workspace), str(socket_path)
-            user = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+        argv, user, home = _sandboxed(isolation, workspace, sockets, hidden)
+        env = {"PATH": _agent_path(), "LANG": os.environ.get("LANG", "C.UTF-8"), **agent.env,
+               **{key: os.environ[key] for key in agent.env_keys}, "HOME": home}
+        inside_socket = f"{SANDBOX_SOCKETS}/{socket_path.name}" if isolation == "bwrap" else str(socket_path)
         (workspace / "TASK.md").write_text(task)
         (workspace / "submit").write_text(SUBMIT.format(socket_path=inside_socket))
         (workspace / "submit").chmod(0o755)
@@ -268,38 +393,62 @@ def run_command_trial(spec: TrialSpec, command: str, grader, problem, store: Sto
             listener.bind(str(socket_path))
             listener.listen()
             if isolation == "user nobody":
+                nobody = pwd.getpwnam("nobody")
                 os.chmod(tmp, 0o711)
                 os.chmod(sockets, 0o711)
                 for path in (workspace, workspace / "TASK.md", workspace / "submit", socket_path):
                     os.chown(path, nobody.pw_uid, nobody.pw_gid)
-            agent = subprocess.Popen(argv + ["/bin/sh", "-c", command], cwd=workspace, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                     start_new_session=True, **user)
-            server = _Submissions(spec, grader, problem, store, scratch, listener, lambda: _kill_group(agent))
+            process = subprocess.Popen(argv + ["/bin/sh", "-c", agent.command], cwd=workspace, env=env,
+                                       stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                       start_new_session=True, **user)
+            server = _Submissions(spec, grader, problem, store, scratch, listener, lambda: _kill_group(process),
+                                  hide)
             try:
-                agent.wait(timeout=max(0.0, budget.wall_s - (time.monotonic() - started)))
+                process.wait(timeout=max(0.0, budget.wall_s - (time.monotonic() - started)))
                 out_of_time = False
             except subprocess.TimeoutExpired:
                 out_of_time = True
             finally:
-                _kill_group(agent)  # the agent at its wall budget, or whatever it left running
-                agent.wait()
+                _kill_group(process)  # the agent at its wall budget, or whatever it left running
+                process.wait()
                 server.stop()
             if server.error is not None:
                 raise server.error
-            output.seek(max(0, output.seek(0, os.SEEK_END) - OUTPUT_TAIL * 4))
-            tail = output.read().decode(errors="replace")[-OUTPUT_TAIL:]
+            output.seek(0)
+            data = output.read(OUTPUT_LIMIT + 1)
+        whole = redact(data[:OUTPUT_LIMIT].decode(errors="replace"), hide)
+        store.add_artifact(spec.trial_id, "agent-output.txt", whole, len(data) > OUTPUT_LIMIT)
+        for name, text, cut in _conversations(workspace):
+            store.add_artifact(spec.trial_id, name, redact(text, hide), cut)
         skill_text = _read_skill(workspace / "SKILL.md")
-    status = "killed at the wall budget" if out_of_time else f"exit status {agent.returncode}"
-    server.record("assistant", f"agent output ({status}; last {OUTPUT_TAIL} characters):\n{tail}")
+        skill_text = redact(skill_text, hide) if skill_text else None
+        fresh = regrade(spec, grader, problem, store, server.verdicts, lambda i: scratch / f"submission_{i:03d}.py",
+                        lambda verdict: _recorded(verdict, hide))
+    tail = whole[-OUTPUT_TAIL:]
+    status = "killed at the wall budget" if out_of_time else f"exit status {process.returncode}"
+    server.record("assistant", f"agent output ({status}; last {len(tail)} of {len(whole)} characters, the whole in "
+                               f"`mkb trial {spec.trial_id} --files`):\n{tail}")
+    report = cli_report(whole)
+    cause = _setup_failure(process.returncode, out_of_time, len(server.verdicts), report, tail)
+    if cause is not None:
+        raise AgentSetupError(cause)
     if out_of_time:
         stop = "budget: wall time"
     elif len(server.verdicts) >= budget.submissions:
         stop = "budget: submissions"
+    elif report is not None and report.max_turns:
+        stop = "budget: turns"
     else:
         stop = "agent exited"
-    result = trial_result(server.verdicts, None, stop, False, isolation)
+    usage = {"wall_s": time.monotonic() - started, "agent_exit_status": process.returncode,
+             "refused_submits": server.refused}
+    if report is not None:
+        cost = report.cost_usd
+        if cost is None and agent.api is not None:
+            cost = prices.cost(agent.api[0], report.input_tokens, report.cached_tokens, report.output_tokens)
+        usage.update(input_tokens=report.input_tokens, output_tokens=report.output_tokens,
+                     cached_tokens=report.cached_tokens, cost_usd=cost, agent_turns=report.turns)
+    result = trial_result(server.verdicts, None, stop, False, isolation, fresh)
     store.finish_trial(spec.trial_id, asdict(result), skill_text, audit_skill(skill_text) if skill_text else None,
-                       {"wall_s": time.monotonic() - started, "agent_exit_status": agent.returncode,
-                        "refused_submits": server.refused})
+                       usage)
     return result

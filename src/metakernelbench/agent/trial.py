@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import functools
 import re
+import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from metakernelbench.agent.clients import ModelClient, Reply
@@ -31,7 +32,9 @@ _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What a trial achieved: its best passing submission (fastest correct), else its last."""
+    """What a trial achieved: its best passing submission (fastest correct), else its last. The runtime of a passing
+    trial is the median of its chosen submission's fresh gradings (`regrade_medians_ms`), not the timing that chose
+    it: the fastest of several noisy gradings flatters (the winner's curse); that timing is kept as `selection_*`."""
 
     passed: bool
     best_submission: int | None
@@ -45,6 +48,10 @@ class TrialResult:
     stop_reason: str
     offline_client: bool
     isolation: str | None = None  # how a command agent was sandboxed: "bwrap" or "user nobody"
+    selection_median_ms: float | None = None  # the chosen submission's own grading, which picked it
+    selection_speedup_vs_eager: float | None = None
+    regrade_medians_ms: list = field(default_factory=list)  # its fresh gradings, in order
+    regrade_failure: str | None = None  # a fresh grading that failed: the trial does not pass
 
 
 def extract_code(text: str) -> str | None:
@@ -97,22 +104,61 @@ def task_prompt(problem, dsl: str, skill: str | None) -> str:
     return statement
 
 
-def trial_result(verdicts: list[dict], turns: int | None, stop: str, offline: bool,
-                 isolation: str | None = None) -> TrialResult:
-    """The result of a trial that made `verdicts`: its fastest passing submission, else its last."""
-    passing = [(i, v) for i, v in enumerate(verdicts) if v["passed"]]
+def chosen_submission(verdicts: list[dict]) -> int | None:
+    """The submission a trial is scored by: its fastest passing one, else its last."""
+    passing = [i for i, v in enumerate(verdicts) if v["passed"]]
     if passing:
-        index, best = min(passing, key=lambda iv: iv[1]["runtime"]["median_ms"])
-        return TrialResult(passed=True, best_submission=index, median_ms=best["runtime"]["median_ms"],
-                           speedup_vs_eager=best.get("speedup_vs_eager"),
-                           speedup_vs_eager_range=best.get("speedup_vs_eager_range"),
-                           fraction_of_roofline=(best.get("roofline") or {}).get("fraction"),
-                           noise_spread=best["runtime"].get("spread"), submissions=len(verdicts), turns=turns,
-                           stop_reason=stop, offline_client=offline, isolation=isolation)
-    return TrialResult(passed=False, best_submission=len(verdicts) - 1 if verdicts else None, median_ms=None,
-                       speedup_vs_eager=None, speedup_vs_eager_range=None, fraction_of_roofline=None,
-                       noise_spread=None, submissions=len(verdicts), turns=turns, stop_reason=stop,
-                       offline_client=offline, isolation=isolation)
+        return min(passing, key=lambda i: verdicts[i]["runtime"]["median_ms"])
+    return len(verdicts) - 1 if verdicts else None
+
+
+def regrade(spec: TrialSpec, grader, problem, store: Store, verdicts: list[dict], path_of,
+            recorded=lambda verdict: verdict) -> list[dict]:
+    """Grade the chosen passing submission `spec.regrades` more times, each in a fresh grading process, and keep
+    the verdicts (as `recorded` makes them fit for the store); `path_of(index)` is that submission's file. Nothing
+    to do for a trial that never passed."""
+    chosen = chosen_submission(verdicts)
+    if chosen is None or not verdicts[chosen]["passed"]:
+        return []
+    fresh = []
+    for idx in range(spec.regrades):
+        verdict = grader.grade(problem, spec.dsl, path_of(chosen)).to_dict()
+        store.add_regrade(spec.trial_id, idx, chosen, recorded(verdict))
+        fresh.append(verdict)
+        if not verdict["passed"]:
+            break
+    return fresh
+
+
+def trial_result(verdicts: list[dict], turns: int | None, stop: str, offline: bool,
+                 isolation: str | None = None, regrades: list[dict] = ()) -> TrialResult:
+    """The result of a trial that made `verdicts`, scored by the fresh gradings `regrades` of its chosen submission
+    (by that submission's own grading when there are none)."""
+    index = chosen_submission(verdicts)
+    common = dict(best_submission=index, submissions=len(verdicts), turns=turns, stop_reason=stop,
+                  offline_client=offline, isolation=isolation)
+    failed = dict(passed=False, median_ms=None, speedup_vs_eager=None, speedup_vs_eager_range=None,
+                  fraction_of_roofline=None, noise_spread=None)
+    if index is None or not verdicts[index]["passed"]:
+        return TrialResult(**failed, **common)
+    best = verdicts[index]
+    selection = dict(selection_median_ms=best["runtime"]["median_ms"],
+                     selection_speedup_vs_eager=best.get("speedup_vs_eager"))
+    broken = next((v for v in regrades if not v["passed"]), None)
+    if broken is not None:
+        return TrialResult(**failed, **common, **selection, regrade_medians_ms=[
+            v["runtime"].get("median_ms") for v in regrades if v["passed"]],
+            regrade_failure=f"{broken['failed_check']}: {broken['reason']}")
+    scored = list(regrades) or [best]
+    median = lambda values: statistics.median(values) if values and None not in values else None  # noqa: E731
+    ranges = [v.get("speedup_vs_eager_range") for v in scored]
+    return TrialResult(passed=True, median_ms=median([v["runtime"]["median_ms"] for v in scored]),
+                       speedup_vs_eager=median([v.get("speedup_vs_eager") for v in scored]),
+                       speedup_vs_eager_range=[min(r[0] for r in ranges), max(r[1] for r in ranges)]
+                       if None not in ranges else None,
+                       fraction_of_roofline=median([(v.get("roofline") or {}).get("fraction") for v in scored]),
+                       noise_spread=median([v["runtime"].get("spread") for v in scored]), **common, **selection,
+                       regrade_medians_ms=[v["runtime"]["median_ms"] for v in regrades])
 
 
 class _Usage:
@@ -172,6 +218,7 @@ def run_trial(spec: TrialSpec, client: ModelClient, grader, problem, store: Stor
             if len(verdicts) >= budget.submissions:
                 stop = "budget: submissions"
                 break
+        fresh = regrade(spec, grader, problem, store, verdicts, lambda i: Path(scratch) / f"submission_{i:03d}.py")
     messages.append({"role": "user", "content": DISTILL_PROMPT})
     store.add_message(spec.trial_id, len(messages) - 1, "user", DISTILL_PROMPT)
     reply = client.complete(SYSTEM_PROMPT, messages)
@@ -179,7 +226,7 @@ def run_trial(spec: TrialSpec, client: ModelClient, grader, problem, store: Stor
     store.add_message(spec.trial_id, len(messages), "assistant", reply.text,
                       {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens})
     skill_text = reply.text.strip() or None
-    result = trial_result(verdicts, turns, stop, offline)
+    result = trial_result(verdicts, turns, stop, offline, regrades=fresh)
     store.finish_trial(spec.trial_id, asdict(result), skill_text, audit_skill(skill_text) if skill_text else None,
                        usage.as_dict())
     return result

@@ -230,7 +230,8 @@ def _build(rows: list[TrialRow], run_id: str | None, n_boot: int, outcomes: dict
         "thresholds": [_threshold_key(t) for t in m.THRESHOLDS], "confidence": CONFIDENCE,
         "alpha": round(1 - CONFIDENCE, 10), "bootstrap_resamples": n_boot, "min_margin": min_margin,
         "trials": {"total": len(rows),
-                   **{s: statuses.get(s, 0) for s in ("finished", "skipped", "running", "pending")}},
+                   **{s: statuses.get(s, 0) for s in ("finished", "skipped", "agent_error", "running",
+                                                       "pending")}},
         "ladders": {key: {k: _ladder_entry(v) for k, v in m.group(rows, key).items()} for key in m.GROUP_KEYS},
         "usage": {k: _usage(v) for k, v in m.group(rows, "arm").items()},
         "skill_audit": {k: _skill_audit(v) for k, v in m.group(rows, "arm").items() if any(r.skill_audit for r in v)},
@@ -280,12 +281,14 @@ LEGEND: dict[str, str] = {
     "confidence": "confidence level of every interval",
     "alpha": "level of every beats-noise mark: 1 - confidence",
     "bootstrap_resamples": "problem-bootstrap resamples per interval (seeded, numpy default_rng(0))",
-    "trials": "trial counts by status: total, finished, skipped (no source skill), running (interrupted), pending",
+    "trials": "trial counts by status: total, finished, skipped (no source skill), agent_error (set-up failures, in "
+              "no metric), running (interrupted), pending",
     "total": "number of trials",
     "finished": "trials with a result: the only ones in the ladders",
     "skipped": "skill/placebo trials whose source solo wrote no skill (trials); in a paired row, those of its pairs "
                "counted as their base",
     "running": "interrupted trials; excluded", "pending": "trials not started; excluded",
+    "agent_error": "trials whose agent could not be set up (never attempted the task); excluded, retried on resume",
     "ladders": "ladders per group: keyed by 'arm', 'model', 'direction' (source→target, or the DSL for solo) and "
                "'family' (problem id up to '/'), then by group name",
     "arm": "solo, skill, placebo or solo_control", "model": "the model ('all': every pair of the arm)",

@@ -15,6 +15,14 @@ from dataclasses import dataclass
 
 from metakernelbench.grader.sandbox import isolate_child, protect_this_process, scrubbed_env
 
+def _tell(control: socket.socket, message: bytes) -> None:
+    """Report to the grader; a grader that is gone (killed, say) leaves nothing to serve: exit without a traceback."""
+    try:
+        control.sendall(message)
+    except OSError:
+        os._exit(0)
+
+
 def serve(control: socket.socket, dsls: list[str]) -> None:
     import torch  # noqa: F401  (imported once here so children inherit it)
 
@@ -27,7 +35,7 @@ def serve(control: socket.socket, dsls: list[str]) -> None:
             adapter.preload()
     protect_this_process()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    control.sendall(b'{"up": true}\n')
+    _tell(control, b'{"up": true}\n')
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 1 << 20, 1)
@@ -46,9 +54,9 @@ def serve(control: socket.socket, dsls: list[str]) -> None:
             finally:
                 os._exit(0)
         os.close(fds[0])
-        control.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        _tell(control, json.dumps({"pid": pid}).encode() + b"\n")
         _, status = os.waitpid(pid, 0)
-        control.sendall(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+        _tell(control, json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
 
 
 @dataclass
