@@ -28,6 +28,12 @@ def _plan(group_len):
     return vec, threads, iters
 
 
+def _lanes(start, vec):
+    """Index of `vec` consecutive elements from `start`: a Ramp, or the plain index when vec is 1 (a Ramp needs
+    two lanes or more)."""
+    return T.Ramp(start, 1, vec) if vec > 1 else start
+
+
 def _kernel(channels, spatial):
     group_channels = channels // NUM_GROUPS
     group_len = group_channels * spatial
@@ -58,7 +64,7 @@ def _kernel(channels, spatial):
         for it in T.unroll(iters):
             c = it * threads + tx
             if c < nvec:
-                xv[it * vec : it * vec + vec] = X[row, T.Ramp(c * vec, 1, vec)]
+                xv[_lanes(it * vec, vec)] = X[row, _lanes(c * vec, vec)]
                 for j in T.unroll(vec):
                     total = total + xv[it * vec + j]
         mean = T.cuda.cta_sum(total, warps, scratch_sum.data) / T.float32(group_len)
@@ -74,7 +80,7 @@ def _kernel(channels, spatial):
                 for j in T.unroll(vec):
                     channel = first_channel + (c * vec + j) // spatial
                     ov[j] = (xv[it * vec + j] - mean) / std * W[channel] + B[channel]
-                O[row, T.Ramp(c * vec, 1, vec)] = ov[T.Ramp(0, 1, vec)]
+                O[row, _lanes(c * vec, vec)] = ov[_lanes(0, vec)]
 
     return groupnorm
 
