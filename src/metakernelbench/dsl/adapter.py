@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metakernelbench.dsl.gate import LaunchGate
-from metakernelbench.dsl.rules import check_source
+from metakernelbench.dsl.rules import DslRules, check_source
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,24 @@ class Adapter:
     distributions: tuple[str, ...] = ()  # pip distributions whose versions key the validation ledger
     leak_identifiers: tuple[str, ...] = ()  # regex alternatives: a skill containing one carries code
     guide_file: str = ""
+    # Static-rule facts: restricted namespaces (dotted path -> the members a submission may use), attribute names
+    # refused on any object, and the extern-call functions whose callee must be a literal math name.
+    namespaces: dict[str, frozenset[str]] = {}
+    forbidden_attributes: dict[str, str] = {}
+    extern_calls: frozenset[str] = frozenset()
+    # Whether torch operators running inside this DSL's launches are the DSL's own work (a DSL whose kernels are
+    # Python over tensors); where not, the DSL-share calls count them as eager compute like any other.
+    launches_run_torch: bool = False
 
     def guide(self) -> str:
         """The DSL section of a variant's task statement (correct for the pinned version)."""
         return (Path(__file__).parent / "guides" / self.guide_file).read_text()
 
     def check_source(self, source: str, filename: str = "submission.py") -> list[str]:
-        return check_source(source, self.allowed_roots, filename)
+        return check_source(source, self.rules(), filename)
+
+    def rules(self) -> DslRules:
+        return DslRules(self.allowed_roots, dict(self.namespaces), dict(self.forbidden_attributes), self.extern_calls)
 
     def available(self) -> bool:
         try:

@@ -26,6 +26,9 @@ class CuteAdapter(Adapter):
     distributions = ("nvidia-cutlass-dsl",)
     leak_identifiers = (r"cute\.\w+", r"cutlass\w*", r"from_dlpack", r"make_ptr", r"@cute")
     guide_file = "cute.md"
+    # CUDA's driver bindings give the launch stream and nothing else (no module loads, launches, limits or copies).
+    namespaces = {"cuda": frozenset({"bindings"}), "cuda.bindings": frozenset({"driver"}),
+                  "cuda.bindings.driver": frozenset({"CUstream"})}
 
     def install_gate(self, gate: LaunchGate) -> None:
         base = importlib.import_module("cutlass.base_dsl.jit_executor")

@@ -50,6 +50,19 @@ class TirxAdapter(Adapter):
     distributions = ("apache-tvm-tirx", "apache-tvm-ffi")
     leak_identifiers = (r"tvm_tirx", r"tvm_ffi", r"T\.\w+", r"@T")
     guide_file = "tirx.md"
+    # tvm_ffi is the DLPack bridge: its tensors, devices and dtypes, never its function registry or loaders.
+    namespaces = {"tvm_ffi": frozenset({
+        "Tensor", "Device", "DLDeviceType", "Shape", "Array", "List", "Map", "Dict", "from_dlpack", "device", "dtype",
+        "use_torch_stream", "use_raw_stream", "get_raw_stream", "bool", "bfloat16", "float16", "float32", "float64",
+        "float8_e4m3fn", "float8_e5m2", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})}
+    forbidden_attributes = {
+        name: "calls back into the host or loads foreign code" for name in (
+            "call_packed", "call_packed_lowered", "call_cpacked", "call_cpacked_lowered", "tvm_call_packed",
+            "call_intrin", "call_llvm_intrin", "call_llvm_pure_intrin", "call_ffi_kernel", "call_kernel",
+            "external_kernel", "pyfunc", "call_global_var_", "get_global_func", "register_global_func",
+            "remove_global_func", "register_func", "get_global_func_metadata", "init_ffi_api", "system_lib",
+            "load_inline", "build_inline", "cpp", "libinfo", "ptx_legacy", "module_set_attr")}
+    extern_calls = frozenset({"call_extern", "call_pure_extern"})
 
     def install_gate(self, gate: LaunchGate) -> None:
         from tvm_tirx.codegen.executable import Executable
