@@ -151,7 +151,7 @@ THREATS = [
     pytest.param("row06_honest_when_checked.py", {}, "correctness", r"timed call \d+ was wrong.*honest only while checked",
                  id="06-honest-when-checked"),
     # 7: side stream (GPU): static rule here; timer logic in test_row07_timer_check_flags_escaped_work
-    pytest.param("row07_side_stream.py", {}, "static_rules", r"torch\.cuda\.Stream' is forbidden", id="07-static"),
+    pytest.param("row07_side_stream.py", {}, "static_rules", r"torch\.cuda\.Stream' is not allowed", id="07-static"),
     # 8: finish the work in a background thread
     pytest.param("row08_background_thread.py", {}, "static_rules", r"import of 'threading' is not allowed",
                  id="08-static"),
@@ -159,21 +159,23 @@ THREATS = [
     pytest.param("row08b_lingering_thread.py", STATIC_OFF, "integrity", r"thread",
                  id="08b-runtime-lingering-thread"),
     # 9: lazy tensor subclass
-    pytest.param("row09_lazy_subclass.py", {}, "integrity", r"output 0 is submission\.Lazy, not torch\.Tensor",
+    pytest.param("row09_lazy_subclass.py", {}, "static_rules", r"defining '__torch_function__' is forbidden",
+                 id="09-static"),
+    pytest.param("row09_lazy_subclass.py", STATIC_OFF, "integrity", r"output 0 is submission\.Lazy, not torch\.Tensor",
                  id="09-lazy-subclass"),
     # 10: patch the timer
     pytest.param("row10_patch_timer.py", {}, "static_rules", r"import of 'time' is not allowed", id="10-static"),
     pytest.param("row10_patch_timer.py", STATIC_OFF, "integrity",
-                 r"grader-critical functions were replaced: .*time\.perf_counter", id="10-runtime"),
+                 r"time\.perf_counter was replaced", id="10-runtime"),
     # 10 (gap): rebind the child's own saved timer instead of the watched module attribute
     pytest.param("row10b_rebind_child_timer.py", {}, "static_rules", r"'\.sys' is forbidden", id="10b-static"),
     pytest.param("row10b_rebind_child_timer.py", STATIC_OFF, ("integrity", "timer", "import"),
                  r"replaced|timer|wall clock|not allowed",
                  id="10b-rebind-child-timer"),
-    pytest.param("row10c_rebind_timer_via_frames.py", {}, "static_rules", r"frame introspection", id="10c-static"),
+    pytest.param("row10c_rebind_timer_via_frames.py", {}, "static_rules", r"frame, traceback, generator", id="10c-static"),
     pytest.param("row10c_rebind_timer_via_frames.py", STATIC_OFF, ("integrity", "timer"), r"replaced|timer|wall clock",
                  id="10c-rebind-timer-via-frames"),
-    pytest.param("row10d_rebind_timer_and_watchlist.py", {}, "static_rules", r"frame introspection", id="10d-static"),
+    pytest.param("row10d_rebind_timer_and_watchlist.py", {}, "static_rules", r"frame, traceback, generator", id="10d-static"),
     pytest.param("row10d_rebind_timer_and_watchlist.py", STATIC_OFF, ("integrity", "timer"),
                  r"replaced|timer|wall clock", id="10d-rebind-timer-and-watchlist"),
     # 11: forge the result channel / exit early
@@ -196,9 +198,10 @@ THREATS = [
     # 16: hard-coded cpu shape, rejected at the cpu_odd size
     pytest.param("row16_hardcoded_shape.py", {}, "correctness", r"size 'cpu_odd', output 'y'", id="16-hardcoded-shape"),
     # 17: super-batching by predicting later inputs
-    pytest.param("row17_superbatch.py", {}, "correctness", r"size 'cpu', output 'y'", id="17-superbatch"),
+    pytest.param("row17_superbatch.py", {}, "static_rules", r"'torch\.Generator' is not allowed", id="17-static"),
+    pytest.param("row17_superbatch.py", STATIC_OFF, "correctness", r"size 'cpu', output 'y'", id="17-superbatch"),
     # 18: persisting L2 (GPU): static rule here
-    pytest.param("row18_l2_persistence.py", {}, "static_rules", r"L2 persistence", id="18-static"),
+    pytest.param("row18_l2_persistence.py", {}, "static_rules", r"import from 'cuda\.bindings' is not allowed", id="18-static"),
     # 19: crash the worker (segfault); test_grader_survives_bad_submissions checks the next grading
     pytest.param("row19_crash_context.py", {}, "crash", r"process died or closed the channel.*exit code -11",
                  id="19-segfault"),
@@ -236,7 +239,8 @@ def test_row05_pointer_cache_never_hits(grader, p28):
     v = grade(grader, p28, "row05_cache_by_pointer.py", **STATIC_OFF)
     hits = [int(h) for h in re.findall(r"hits=(\d+)", v.stdout_tail)]
     assert hits and max(hits) == 0, describe(v)
-    assert v.passed, f"with no hits the file is an honest kernel and should pass: {describe(v)}"
+    assert v.correct, f"with no hits the file computes honestly and should be correct: {describe(v)}"
+    assert v.passed or v.failed_check == "dsl_share", describe(v)  # its cache copies are eager work (row 24)
 
 
 def test_row12_and_row17_never_predict_inputs(grader, p28):

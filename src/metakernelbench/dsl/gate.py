@@ -17,6 +17,16 @@ class LaunchGate:
         self.wrapped: list[str] = []
         self.clock: Callable[[], Any] | None = None  # when set, each launch is bracketed by two clock readings
         self.readings: list[tuple[Any, Any]] = []
+        self.owners: list[Any] = []  # objects whose entry points were replaced: the child keeps them unpatched
+
+    @property
+    def inside(self) -> bool:
+        """Whether a gated launch is running now (the DSL's own work, for the DSL-share calls' dispatch logger)."""
+        return self._depth > 0
+
+    def watch(self, owner: Any) -> None:
+        if owner not in self.owners:
+            self.owners.append(owner)
 
     def wrap(self, owner: Any, attr: str, neutral_result: Callable[[], Any] = lambda: None) -> None:
         original = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
@@ -42,6 +52,7 @@ class LaunchGate:
 
         gated.__mkb_gate__ = True
         setattr(owner, attr, gated)
+        self.watch(owner)
         self.wrapped.append(f"{getattr(owner, '__qualname__', owner)}.{attr}")
 
     def take(self) -> int:

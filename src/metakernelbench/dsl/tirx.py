@@ -80,3 +80,4 @@ class TirxAdapter(Adapter):
         Executable.__getitem__ = lambda self, name: self.jit()[name]
         Executable.__call__ = lambda self, *args, **kwargs: self.jit().main(*args, **kwargs)
         gate.wrap(_GatedFunction, "__call__")
+        gate.watch(Executable)

@@ -71,6 +71,47 @@ def write_to_file(tensors: list[torch.Tensor], path: str) -> list[dict]:
     return metas
 
 
+def input_records(inputs: tuple) -> tuple[list[dict], list[torch.Tensor]]:
+    """How a call's inputs cross to the child: one record per input, tensors by layout (their bytes travel by file or
+    IPC), Python scalars, sequences of them and dtypes by value (upstream problems pass floats such as sm_scale and
+    ints such as top_k). Raises TypeError for anything else."""
+    records, tensors = [], []
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            records.append({"kind": "tensor"})
+            tensors.append(value)
+        elif isinstance(value, torch.dtype):
+            records.append({"kind": "dtype", "value": str(value).removeprefix("torch.")})
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            records.append({"kind": "scalar", "value": value})
+        elif isinstance(value, (tuple, list)) and all(v is None or isinstance(v, (bool, int, float, str))
+                                                     for v in value):
+            records.append({"kind": type(value).__name__, "value": list(value)})
+        else:
+            raise TypeError(f"an input of type {type(value).__name__} cannot be handed to the child")
+    return records, tensors
+
+
+def input_values(records: list[dict], tensors: list[torch.Tensor]) -> tuple:
+    """The child's side of `input_records`: the inputs again, tensors taken in order from `tensors`."""
+    made = iter(tensors)
+    values = []
+    for record in records:
+        kind = record["kind"]
+        if kind == "tensor":
+            values.append(next(made))
+        elif kind == "dtype":
+            dtype = getattr(torch, str(record["value"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"unknown dtype {record['value']!r}")
+            values.append(dtype)
+        elif kind in ("tuple", "list"):
+            values.append(tuple(record["value"]) if kind == "tuple" else list(record["value"]))
+        else:
+            values.append(record["value"])
+    return tuple(values)
+
+
 def output_layout(meta: dict) -> tuple[torch.dtype, list[int], int, int]:
     """(dtype, shape, offset, nbytes) of one output record the child sent, or ValueError when they disagree."""
     dtype = getattr(torch, str(meta["dtype"]), None)
@@ -91,8 +132,9 @@ def read_from_file(metas: list[dict], path: str, device: str) -> list[torch.Tens
         dtype, shape, offset, nbytes = output_layout(meta)
         if offset + nbytes > array.size:
             raise ValueError("output metadata does not match the bytes written")
-        raw = torch.from_numpy(np.array(array[offset:offset + nbytes]) if torch.device(device).type == "cpu"
-                               else array[offset:offset + nbytes])
-        carrier = raw.view(_CARRIER[dtype.itemsize]) if nbytes else torch.empty(0, dtype=_CARRIER[dtype.itemsize])
-        tensors.append(carrier.to(device).view(dtype).reshape(shape))
+        # Copied into a fresh torch allocation (aligned as torch aligns; DSLs such as TVM require it) on `device`.
+        owned = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        if nbytes:
+            owned.copy_(torch.from_numpy(array[offset:offset + nbytes]))
+        tensors.append(owned.view(_CARRIER[dtype.itemsize]).view(dtype).reshape(shape))
     return tensors

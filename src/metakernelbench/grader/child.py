@@ -1,15 +1,20 @@
-"""The untrusted side of grading: imports one submission and runs it on inputs it makes from seeds the parent sends.
+"""The untrusted side of grading: imports one submission and runs it on inputs the trusted parent made and handed over.
 
-Nothing here decides a verdict. It reports timings, launch counts and outputs; the parent compares outputs with a
-reference that never exists in this process. Functions the timing and reporting depend on are bound before the
-submission is imported and checked by identity at the end.
+Nothing here decides a verdict, and none of the grader's trusted steps runs the submission's Python: inputs come
+from the parent (a shared file on the CPU, CUDA IPC on a GPU), the flush and the timer are primitives bound before
+the import and held in a closure, and before and after every call the child checks that torch's and the grader's
+namespaces still hold what they held before the import, that no torch mode is active, and that no native thread
+gains CPU time between `solve` returning and the output report. The parent compares outputs with a reference that
+never exists in this process.
 """
 from __future__ import annotations
 
+import _thread
 import builtins
 import collections
 import gc
 import importlib.util
+import inspect
 import json
 import os
 import socket
@@ -18,44 +23,156 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from metakernelbench.grader import channel, cuda_ipc
+from metakernelbench.grader import channel, cuda_ipc, numerics
 
 KEEP_ALIVE_BYTES = {"cuda": 8 << 30, "cpu": 256 << 20}
 L2_FLUSH_BYTES = {"cuda": 256 << 20, "cpu": 32 << 20}
 POISON_CAP_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}
+# Between `solve` returning and the output report, a thread born after the import may run this much at most (an
+# idle pool thread going back to sleep), and the window lasts at least this long.
+THREAD_IDLE_NS = 500_000
+REPORT_WINDOW_S = 0.002
+# ATen operators eager PyTorch may run in a submission's call: allocation, fills, views and scalar reads. Anything
+# else (arithmetic, reductions, matmuls, copies, casts, gathers) is work, and the work belongs in the DSL.
+GLUE_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "ones",
+    "ones_like", "full", "full_like", "fill_", "zero_", "new_zeros", "new_ones", "new_full", "scalar_tensor",
+    "lift_fresh", "view", "_unsafe_view", "_reshape_alias", "reshape", "as_strided", "expand", "permute",
+    "transpose", "t", "squeeze", "unsqueeze", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",
+    "unbind", "alias", "detach", "unflatten", "view_as", "_local_scalar_dense", "is_nonzero", "sym_size",
+    "sym_stride", "sym_numel", "sym_storage_offset", "set_"})
 
 
-def _watched(device_type: str) -> list[tuple[object, str]]:
-    """Objects a cheating submission would patch to fake timing, synchronisation, comparison or reporting."""
-    watched = [(time, "perf_counter"), (torch, "equal"), (torch.Tensor, "clone"), (torch.Tensor, "cpu"),
-               (torch.Tensor, "contiguous"), (torch.Tensor, "view"), (torch.Tensor, "numpy"), (torch.Tensor, "zero_"),
-               (torch.Tensor, "fill_"), (socket.socket, "sendall"), (socket.socket, "recv"), (json, "dumps"),
-               (json, "loads"), (threading, "active_count"), (builtins, "isinstance"), (builtins, "type")]
-    watched += [(channel, name) for name in ("send", "recv", "write_to_file")]
-    watched += [(cuda_ipc, name) for name in ("export", "reset_persisting_l2")]
+def _namespaces(device_type: str) -> list[tuple[str, object]]:
+    """Objects whose attributes the grader's trusted steps call: the submission must leave every callable as it was."""
+    from metakernelbench.grader import child
+
+    spaces = [("torch", torch), ("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
+              ("torch._C", torch._C), ("torch._C._VariableFunctionsClass", type(torch._C._VariableFunctions)),
+              ("torch.nn.functional", torch.nn.functional), ("torch.overrides", torch.overrides),
+              ("torch.utils._python_dispatch", sys.modules["torch.utils._python_dispatch"]),
+              ("torch.cuda", torch.cuda), ("numpy", np), ("numpy.ndarray", np.ndarray), ("builtins", builtins),
+              ("time", time), ("json", json), ("socket.socket", socket.socket), ("threading", threading),
+              ("_thread", _thread), ("os", os), ("gc", gc), ("channel", channel), ("cuda_ipc", cuda_ipc),
+              ("child", child), ("Runner", Runner)]
     if device_type == "cuda":
-        watched += [(torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
-                    (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize")]
-    return watched
+        spaces += [("torch.cuda.Event", torch.cuda.Event), ("torch.profiler", torch.profiler)]
+    return spaces
+
+
+class _Snapshot:
+    """Identities of every callable in some namespaces, judged cheaply: the ids of all values first, and only when
+    they differ, callable by callable (a module's plain data may change; its functions and classes may not)."""
+
+    def __init__(self, spaces: list[tuple[str, object]]) -> None:
+        self.spaces = [(name, vars(obj)) for name, obj in spaces]
+        self.saved = [dict(space) for _, space in self.spaces]
+        self.ids = [list(map(id, space.values())) for _, space in self.spaces]
+
+    def changed(self) -> list[str]:
+        found = []
+        for index, (name, space) in enumerate(self.spaces):
+            if list(map(id, space.values())) == self.ids[index]:
+                continue
+            saved = self.saved[index]
+            found += [f"{name}.{key}" for key, value in saved.items()
+                      if callable(value) and space.get(key, _MISSING) is not value]
+            if not found:  # only data changed: remember it, so the next check takes the fast path again
+                self.ids[index] = list(map(id, space.values()))
+                self.saved[index] = dict(space)
+        return found
+
+
+_MISSING = object()
+
+
+def _thread_times() -> dict[int, int]:
+    """Nanoseconds each of this process's native threads has run (schedstat), by thread id."""
+    times = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                times[int(tid)] = int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return times
+
+
+class _EagerLog(TorchDispatchMode):
+    """Logs the ATen operators a call runs outside the glue allow-list. Operators inside a gated DSL launch are the
+    DSL's own where its adapter says its kernels compute with torch (a Python DSL); otherwise they count too."""
+
+    def __init__(self, gate, launches_run_torch: bool) -> None:
+        super().__init__()
+        self.gate = gate
+        self.launches_run_torch = launches_run_torch
+        self.compute: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        inside = self.gate is not None and self.gate.inside
+        if not (inside and self.launches_run_torch):
+            name = func.name()
+            if not (func.namespace == "aten" and func.overloadpacket.__name__ in GLUE_OPS):
+                self.compute[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def prime() -> None:
+    """Run the dispatch logger once in the fork server: the imports its first use triggers (torch._dynamo, which
+    rewraps torch.manual_seed) then happen before any child takes its snapshot."""
+    with _EagerLog(None, False):
+        torch.zeros(1).add_(1)
+
+
+def _logged(solve, log: _EagerLog):
+    """`solve` under the dispatch logger, which sees nothing of the grader's own steps around it."""
+    def logged(*inputs):
+        with log:
+            return solve(*inputs)
+
+    return logged
 
 
 class _ImportGuard:
-    """Blocks the submission's own imports outside its DSL's allow-list, even of modules already loaded."""
+    """Blocks imports outside the DSL's allow-list made by the submission's own code, judged from the real calling
+    frame: code whose globals are the submission's, or code that lives in no file of the installed libraries (exec'd
+    or generated)."""
 
-    def __init__(self, module_name: str, allowed_roots: tuple[str, ...]) -> None:
-        self.module_name = module_name
+    def __init__(self, module_globals: dict, allowed_roots: tuple[str, ...], trusted_dirs: tuple[str, ...]) -> None:
+        self.module_globals = module_globals
         self.allowed_roots = allowed_roots
+        self.trusted_dirs = trusted_dirs
         self.original = builtins.__import__
 
+    def untrusted(self, frame) -> bool:
+        if frame is None or frame.f_globals is self.module_globals:
+            return True
+        filename = frame.f_code.co_filename
+        if filename.startswith("<frozen "):  # the interpreter's own frozen modules (importlib, io, ...)
+            return False
+        return not (os.path.isabs(filename) and os.path.realpath(filename).startswith(self.trusted_dirs))
+
     def __call__(self, name, globals=None, locals=None, fromlist=(), level=0):
-        importer = (globals or {}).get("__name__")
-        if importer == self.module_name:
+        if self.untrusted(sys._getframe(1)):
             root_ok = any(name == r or name.startswith(r + ".") for r in self.allowed_roots)
             if level or not root_ok:
                 raise ImportError(f"import of '{name}' is not allowed in a submission")
         return self.original(name, globals, locals, fromlist, level)
+
+
+def _trusted_dirs() -> tuple[str, ...]:
+    """Where the interpreter's, the installed libraries' and the grader's own code lives."""
+    import sysconfig
+
+    import metakernelbench
+
+    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.add(os.path.dirname(os.path.dirname(metakernelbench.__file__)))
+    return tuple(os.path.realpath(p) + os.sep for p in paths)
 
 
 class _BlockedImports:
@@ -76,16 +193,12 @@ class _ThreadStarts:
     """Counts Python threads started while a call runs: work finished behind the timer's back (threat 8)."""
 
     def __init__(self) -> None:
-        import _thread
-
         self.count = 0
-        self.targets = []
         for owner, attr in ((threading, "_start_new_thread"), (threading, "_start_joinable_thread"),
                             (_thread, "start_new_thread"), (_thread, "start_joinable_thread"), (_thread, "start_new")):
             original = getattr(owner, attr, None)
             if original is not None:
                 setattr(owner, attr, self._counting(original))
-                self.targets.append((owner, attr, getattr(owner, attr)))
 
     def _counting(self, original):
         def start(*args, **kwargs):
@@ -95,62 +208,100 @@ class _ThreadStarts:
         return start
 
 
+def _timing(device_type: str, flush_buffer: torch.Tensor):
+    """The flush and the timed call, with every primitive bound now (before the import) and held in this closure."""
+    perf_counter, gc_disable, gc_enable, gc_isenabled = time.perf_counter, gc.disable, gc.enable, gc.isenabled
+    flush = torch._C.TensorBase.max
+    if device_type == "cuda":
+        sync, Event, record = torch.cuda.synchronize, torch.cuda.Event, torch.cuda.Event.record
+        elapsed, wait = torch.cuda.Event.elapsed_time, torch.cuda.Event.synchronize
+
+    def timed(solve, inputs: tuple) -> tuple[object, float, float]:
+        # The flush reads: a written buffer would leave the cache full of dirty lines, and the timed call would pay
+        # for their write-back (on the H200 that added 1.1 us to a kernel that only reads 16 MB).
+        flush(flush_buffer)
+        collecting = gc_isenabled()
+        gc_disable()  # a collection inside the timed region would be charged to the submission
+        try:
+            if device_type == "cuda":
+                sync()
+                start, end = Event(enable_timing=True), Event(enable_timing=True)
+                record(start)
+                host_start = perf_counter()
+                outputs = solve(*inputs)
+                sync()
+                record(end)
+                wait(end)
+                host_ms = (perf_counter() - host_start) * 1e3
+                return outputs, elapsed(start, end), host_ms
+            host_start = perf_counter()
+            outputs = solve(*inputs)
+            host_ms = (perf_counter() - host_start) * 1e3
+            return outputs, host_ms, host_ms
+        finally:
+            if collecting:
+                gc_enable()
+
+    return timed
+
+
 class Runner:
     def __init__(self, sock: socket.socket, job: dict) -> None:
-        from metakernelbench.suite.loader import problem_from_file
-
         self.sock = sock
         self.job = job
         self.device = job["device"]
         self.device_type = torch.device(self.device).type
-        self.problem = problem_from_file(job["problem_path"])
-        self.watched = [(owner, attr, getattr(owner, attr)) for owner, attr in _watched(self.device_type)]
-        self.perf_counter = time.perf_counter
+        self.inplace = {int(v): k for k, v in job["inplace"].items()}
+        self.outputs = list(job["outputs"])
         self.keep_alive: collections.deque = collections.deque()
         self.keep_alive_bytes = 0
         self.last: dict | None = None
         self.gate = None
+        self.adapter = None
         self.solve = None
+        self.window: tuple[float, dict[int, int]] | None = None
         if self.device_type == "cuda":
             torch.cuda.set_device(torch.device(self.device).index or 0)
-            self.sync = torch.cuda.synchronize
-            self.reset_l2 = cuda_ipc.reset_persisting_l2
-            self.Event = torch.cuda.Event
-        self.flush_buffer = torch.zeros(L2_FLUSH_BYTES[self.device_type], dtype=torch.uint8, device=self.device)
+        self.perf_counter = time.perf_counter
+        self.timed = _timing(self.device_type, torch.zeros(L2_FLUSH_BYTES[self.device_type], dtype=torch.uint8,
+                                                           device=self.device))
         self.thread_starts = _ThreadStarts()
-        self.watched += self.thread_starts.targets
-        self.watched += [(self, attr, getattr(self, attr)) for attr in ("perf_counter", "sync", "Event", "reset_l2")
-                         if hasattr(self, attr)]
-        self.watched += [(Runner, name, Runner.__dict__[name]) for name in ("call", "report_outputs", "finish",
-                                                                            "_poison", "_remember")]
+        self.import_hooks: list[tuple[object, str, object]] = []
+        self.snapshot: _Snapshot | None = None
+        self.main_tid = threading.get_native_id()
+        self.old_threads: set[int] = set()
+        self.dispatch_keys = self._dispatch_keys()
 
     # -- set-up -----------------------------------------------------------------------------------------------
     def load(self) -> dict:
         mode = self.job["mode"]
-        if mode == "eager":
-            self.solve = self.problem.module.reference
-            return {}
-        if mode == "compiled":
-            self.solve = torch.compile(self.problem.module.reference)
-            return {}
+        if mode in ("eager", "compiled"):
+            from metakernelbench.suite.loader import problem_from_file
+
+            reference = problem_from_file(self.job["problem_path"]).module.reference
+            self.solve = torch.compile(reference) if mode == "compiled" else reference
+            pinned = numerics.pin()
+            self.arm()
+            return {"numerics": pinned}
         from metakernelbench.dsl import foreign_roots, get_adapter
         from metakernelbench.dsl.gate import LaunchGate
         from metakernelbench.dsl.rules import COMMON_IMPORTS
 
-        adapter = get_adapter(self.job["dsl"])
+        self.adapter = get_adapter(self.job["dsl"])
         self.gate = LaunchGate()
-        adapter.install_gate(self.gate)
+        self.adapter.install_gate(self.gate)
         module_name = "submission"
-        builtins.__import__ = _ImportGuard(module_name, adapter.allowed_roots + COMMON_IMPORTS)
-        self.watched.append((builtins, "__import__", builtins.__import__))
-        for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
-            if not name.startswith("metakernelbench.suite.loader"):
-                sys.modules.pop(name)
-        sys.meta_path.insert(0, _BlockedImports(foreign_roots(self.job["dsl"])))
-        started = self.perf_counter()
-        channel.send(self.sock, {"op": "armed", "nonce": self.job["nonce"], "fingerprint": self.fingerprint()})
         spec = importlib.util.spec_from_file_location(module_name, self.job["candidate_path"])
         module = importlib.util.module_from_spec(spec)
+        guard = _ImportGuard(vars(module), self.adapter.allowed_roots + COMMON_IMPORTS, _trusted_dirs())
+        builtins.__import__ = guard
+        for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
+            sys.modules.pop(name)
+        blocked = _BlockedImports(foreign_roots(self.job["dsl"]))
+        sys.meta_path.insert(0, blocked)
+        self.import_hooks = [(builtins, "__import__", guard), (sys.meta_path, 0, blocked)]
+        self.arm()
+        started = self.perf_counter()
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
         solve = getattr(module, "solve", None)
@@ -158,6 +309,52 @@ class Runner:
             raise AttributeError("the submission defines no callable `solve`")
         self.solve = solve
         return {"import_s": self.perf_counter() - started, "gate_entry_points": len(self.gate.wrapped)}
+
+    def arm(self) -> None:
+        """The snapshot every later check compares with, taken just before the submission's code first runs."""
+        spaces = _namespaces(self.device_type) + [("runner", self)]
+        if self.gate is not None:
+            spaces += [(f"gated {owner}", owner) for owner in self.gate.owners]
+        self.snapshot = _Snapshot(spaces)
+        self.old_threads = set(_thread_times())
+
+    # -- integrity --------------------------------------------------------------------------------------------
+    @staticmethod
+    def _dispatch_keys() -> tuple[str, str]:
+        return (str(torch._C._dispatch_tls_local_include_set()), str(torch._C._dispatch_tls_local_exclude_set()))
+
+    def integrity(self) -> list[str]:
+        """What the submission changed that the grader's own steps depend on (empty when nothing)."""
+        problems = [f"{name} was replaced" for name in self.snapshot.changed()]
+        for owner, key, hook in self.import_hooks:
+            current = owner[key] if isinstance(owner, list) else getattr(owner, key)
+            if current is not hook:
+                problems.append(f"the grader's import guard ({key}) was removed")
+        if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+            problems.append("a torch function or dispatch mode is active outside solve")
+        if self._dispatch_keys() != self.dispatch_keys:
+            problems.append("torch's thread-local dispatch keys were changed")
+        return problems
+
+    def close_window(self) -> list[str]:
+        """Judge the native threads between `solve` returning and now (the output report or the next request)."""
+        if self.window is None:
+            return []
+        opened, before = self.window
+        self.window = None
+        remaining = REPORT_WINDOW_S - (self.perf_counter() - opened)
+        if remaining > 0:
+            time.sleep(remaining)
+        after = _thread_times()
+        problems = []
+        born = sorted(set(after) - set(before))
+        if born:
+            problems.append(f"{len(born)} native thread(s) started after solve returned")
+        for tid, ns in after.items():
+            if tid != self.main_tid and tid not in self.old_threads and ns - before.get(tid, ns) > THREAD_IDLE_NS:
+                problems.append(f"native thread {tid} ran {(ns - before[tid]) / 1e6:.2f} ms after solve returned "
+                                "(work escaping the timer)")
+        return problems
 
     # -- one call ---------------------------------------------------------------------------------------------
     def _poison(self, inputs: tuple) -> None:
@@ -177,57 +374,73 @@ class Runner:
         while self.keep_alive_bytes > KEEP_ALIVE_BYTES[self.device_type] and len(self.keep_alive) > 1:
             self.keep_alive_bytes -= self.keep_alive.popleft()[1]
 
+    def _inputs(self, msg: dict) -> tuple:
+        """The parent's inputs, copied into storage this process owns: tensors from the hand-over, scalars as sent."""
+        layouts = msg["tensors"]
+        if msg.get("transport") == "ipc":
+            copies = cuda_ipc.import_copies(layouts, self.device)
+        else:
+            copies = channel.read_from_file(layouts, msg["path"], self.device)
+        return channel.input_values(msg["inputs"], copies)
+
     def call(self, msg: dict) -> dict:
         self.last = None
-        inputs = self.problem.make_inputs(int(msg["seed"]), self.device, msg["size"])
+        problems = self.close_window() + self.integrity()
+        if problems:
+            return {"integrity_problems": problems}
+        inputs = self._inputs(msg)
         pristine = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         self._poison(inputs)
-        # The flush reads: a written buffer would leave the cache full of dirty lines, and the timed call would pay
-        # for their write-back (on the H200 that added 1.1 us to a kernel that only reads 16 MB).
-        self.flush_buffer.max()
-        l2_reset = self.reset_l2(torch.device(self.device)) if self.device_type == "cuda" else None
+        l2_reset = cuda_ipc.reset_persisting_l2(torch.device(self.device)) if self.device_type == "cuda" else None
+        log = None
         if self.gate is not None:
             self.gate.take()
             self.gate.neutralise = bool(msg.get("ghost"))
             self.gate.readings = []
-            self.gate.clock = self._launch_clock if msg.get("measure_dsl") else None
+            self.gate.clock = self._launch_clock if msg.get("measure_dsl") or msg.get("profile") else None
+            if msg.get("measure_dsl"):
+                log = _EagerLog(self.gate, self.adapter.launches_run_torch)
         threads_started = self.thread_starts.count
-        collecting = gc.isenabled()
-        gc.disable()  # a collection inside the timed region would be charged to the submission
+        solve = self.solve
         try:
-            if self.device_type == "cuda":
-                self.sync()
-                start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
-                start.record()
-                host_start = self.perf_counter()
-                outputs = self.solve(*inputs)
-                self.sync()
-                end.record()
-                end.synchronize()
-                host_ms = (self.perf_counter() - host_start) * 1e3
-                ms = start.elapsed_time(end)
+            if log is not None:
+                outputs, ms, host_ms = self.timed(_logged(solve, log), inputs)
+            elif msg.get("profile") and self.device_type == "cuda":
+                outputs, ms, host_ms, kernel_ms = self._profiled(solve, inputs)
             else:
-                host_start = self.perf_counter()
-                outputs = self.solve(*inputs)
-                host_ms = ms = (self.perf_counter() - host_start) * 1e3
+                outputs, ms, host_ms = self.timed(solve, inputs)
         finally:
-            if collecting:
-                gc.enable()
             if self.gate is not None:
                 self.gate.neutralise = False
                 self.gate.clock = None
+        problems = self.integrity()
+        self.window = (self.perf_counter(), _thread_times()) if not msg.get("profile") else None
         launches = self.gate.take() if self.gate is not None else None
-        dsl_ms = self._dsl_ms() if msg.get("measure_dsl") and self.gate is not None else None
-        threads = self.thread_starts.count - threads_started
+        reply = {"ms": ms, "host_ms": host_ms, "launches": launches, "l2_reset": l2_reset,
+                 "threads_started": self.thread_starts.count - threads_started,
+                 "threads_alive": threading.active_count(), "native_threads": len(self.window[1]) if self.window else
+                 None, "integrity_problems": problems}
+        if msg.get("measure_dsl") and self.gate is not None:
+            reply["dsl_ms"] = self._dsl_ms()
+            reply["eager_ops"] = dict(log.compute.most_common(8))
+        if msg.get("profile"):
+            reply["kernel_ms"] = kernel_ms if self.device_type == "cuda" else self._dsl_ms()
         self.last = {"inputs": inputs, "pristine": pristine, "outputs": outputs}
         self._remember(inputs)
-        return {"ms": ms, "host_ms": host_ms, "dsl_ms": dsl_ms, "launches": launches, "threads_started": threads,
-                "threads_alive": threading.active_count(), "l2_reset": l2_reset}
+        return reply
+
+    def _profiled(self, solve, inputs: tuple) -> tuple[object, float, float, float]:
+        """One call under the profiler, for the kernel-only device time (never a timed call)."""
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            outputs, ms, host_ms = self.timed(solve, inputs)
+        device_us = sum(getattr(e, "device_time_total", 0.0) for e in prof.key_averages()
+                        if "unsigned char" not in e.key)  # the flush's own reduction kernel is the grader's
+        return outputs, ms, host_ms, device_us / 1e3
 
     def _launch_clock(self):
         """A timestamp on the device's current stream (GPU) or the host clock (CPU, where launches are synchronous)."""
         if self.device_type == "cuda":
-            event = self.Event(enable_timing=True)
+            event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
         return self.perf_counter()
@@ -237,21 +450,27 @@ class Runner:
             return sum(begin.elapsed_time(end) for begin, end in self.gate.readings)
         return sum(end - begin for begin, end in self.gate.readings) * 1e3
 
+    def drop(self) -> dict:
+        self.last = None
+        return {"integrity_problems": self.close_window() + self.integrity()}
+
     def report_outputs(self, path: str, ipc: bool = False) -> dict:
         """Outputs stay referenced until the next call or drop: the parent may ask again by file if IPC fails."""
+        problems = self.close_window() + self.integrity()
+        if problems:
+            return {"integrity_problems": problems}
         if self.last is None:
             return {"error": "no outputs to send"}
         inputs, pristine, outputs = self.last["inputs"], self.last["pristine"], self.last["outputs"]
-        single = not isinstance(outputs, (tuple, list))
+        single = type(outputs) not in (tuple, list)  # exact types: a subclass's __iter__ would run here
         items = [outputs] if single else list(outputs)
         problems = [f"output {i} is {type(out).__module__}.{type(out).__qualname__}, not torch.Tensor"
                     for i, out in enumerate(items) if type(out) is not torch.Tensor]
-        inplace = {int(v): k for k, v in self.problem.inplace.items()}
         problems += [f"input {i} was modified but the problem does not declare it an in-place output"
                      for i, (now, before) in enumerate(zip(inputs, pristine))
-                     if before is not None and i not in inplace and not torch.equal(now, before)]
-        for index, name in inplace.items():
-            pos = self.problem.outputs.index(name) if name in self.problem.outputs else None
+                     if before is not None and i not in self.inplace and not torch.equal(now, before)]
+        for index, name in self.inplace.items():
+            pos = self.outputs.index(name) if name in self.outputs else None
             if pos is None or pos >= len(items) or items[pos] is not inputs[index]:
                 problems.append(f"output '{name}' must be input {index} itself, modified in place")
         if problems:  # nothing to compare: spare the copy of the outputs
@@ -269,16 +488,10 @@ class Runner:
             meta["device"] = str(out.device)
         return {"single": single, "outputs": metas, "transport": "file", "integrity_problems": []}
 
-    def fingerprint(self) -> dict[str, int]:
-        """Identities of the watched objects, looked up afresh; the parent holds the copy taken before the import."""
-        return {f"{getattr(o, '__name__', type(o).__name__)}.{a}": id(getattr(o, a)) for o, a, _ in self.watched}
-
     def finish(self) -> dict:
-        tampered = [f"{getattr(o, '__name__', type(o).__name__)}.{a}" for o, a, orig in self.watched
-                    if getattr(o, a) is not orig]
-        tampered += [f"Runner.{name} (shadowed)" for name in vars(self) if callable(Runner.__dict__.get(name))]
-        return {"tampered": tampered, "fingerprint": self.fingerprint(), "python_threads": threading.active_count(),
-                "native_threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None}
+        problems = self.close_window() + self.integrity()
+        return {"integrity_problems": problems, "python_threads": threading.active_count(),
+                "native_threads": len(os.listdir("/proc/self/task"))}
 
 
 def _error_text(exc: BaseException) -> str:
@@ -313,7 +526,8 @@ def serve(sock: socket.socket, job: dict) -> None:
         channel.send(sock, {"op": "ready", "nonce": job["nonce"], "error": _error_text(exc)})
         return
     channel.send(sock, {"op": "ready", "nonce": job["nonce"], "python_threads": threading.active_count(),
-                        "isolation": job.get("isolation", {}), "host": host, **info})
+                        "isolation": job.get("isolation", {}), "host": host,
+                        "integrity_problems": runner.integrity(), **info})
     while True:
         msg = channel.recv(sock)
         op, nonce = msg.get("op"), msg.get("nonce")
@@ -323,8 +537,7 @@ def serve(sock: socket.socket, job: dict) -> None:
             elif op == "send":
                 channel.send(sock, {"nonce": nonce, **runner.report_outputs(msg["path"], bool(msg.get("ipc")))})
             elif op == "drop":
-                runner.last = None
-                channel.send(sock, {"nonce": nonce})
+                channel.send(sock, {"nonce": nonce, **runner.drop()})
             elif op == "finish":
                 channel.send(sock, {"nonce": nonce, **runner.finish()})
                 return

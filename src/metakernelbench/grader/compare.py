@@ -14,6 +14,7 @@ import torch
 
 BUDGET_FACTOR = 8.0
 FLOOR_FACTOR = 0.5  # half an ulp: the largest error of a correctly rounded result
+CHUNK_ELEMENTS = 1 << 22  # 32 MiB of fp64 per operand and chunk
 
 
 @dataclass(frozen=True)
@@ -41,35 +42,53 @@ def _structure(name: str, got: torch.Tensor, want: torch.Tensor, rule: str) -> O
     return None
 
 
+def _chunks(*tensors: torch.Tensor):
+    """Flat fp64 views of same-shaped tensors, CHUNK_ELEMENTS at a time: a check's extra memory stays a few chunks,
+    never several fp64 copies of a whole output."""
+    flats = [t.reshape(-1) for t in tensors]
+    for start in range(0, flats[0].numel(), CHUNK_ELEMENTS):
+        yield start, [f[start:start + CHUNK_ELEMENTS].to(torch.float64) for f in flats]
+
+
 def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64: torch.Tensor) -> OutputCheck:
     bad = _structure(name, got, ref_lp, "float")
     if bad:
         return bad
-    got64, lp64, ref = got.to(torch.float64), ref_lp.to(torch.float64), ref64.to(torch.float64)
-    if not torch.isfinite(got64).all():
-        count = int((~torch.isfinite(got64)).sum())
-        return OutputCheck(name, "float", False, float("inf"), 0.0, f"{count} non-finite values (NaN/Inf)")
-    if ref.numel() == 0:
+    if ref64.numel() == 0:
         return OutputCheck(name, "float", True, 0.0, 0.0)
+    nonfinite, square_sum = 0, 0.0
+    for _, (g, r) in _chunks(got, ref64):
+        nonfinite += int((~torch.isfinite(g)).sum())
+        square_sum += float(r.pow(2).sum())
+    if nonfinite:
+        return OutputCheck(name, "float", False, float("inf"), 0.0, f"{nonfinite} non-finite values (NaN/Inf)")
     eps = _eps(got.dtype)
-    typical = float(ref.pow(2).mean().sqrt())
-    scale = ref.abs() + typical
-    err = (got64 - ref).abs() / scale
-    budget = BUDGET_FACTOR * max(float(((lp64 - ref).abs() / scale).max()), FLOOR_FACTOR * eps)
-    worst = int(err.argmax())
-    if float(err.flatten()[worst]) > budget:
-        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ref.shape))
-        return OutputCheck(name, "float", False, float(err.flatten()[worst]), budget,
-                           f"error {float(err.flatten()[worst]):.3g} > budget {budget:.3g} (relative to |ref| + "
-                           f"rms(ref)) at index {idx}: got {float(got64.flatten()[worst]):.6g}, expected "
-                           f"{float(ref.flatten()[worst]):.6g}")
-    norm_ref = float(torch.linalg.vector_norm(ref))
-    err_l2 = float(torch.linalg.vector_norm(got64 - ref))
-    budget_l2 = BUDGET_FACTOR * max(float(torch.linalg.vector_norm(lp64 - ref)), FLOOR_FACTOR * eps * norm_ref)
+    typical = (square_sum / ref64.numel()) ** 0.5
+    worst, worst_at, lp_worst = -1.0, 0, 0.0
+    err_sq = lp_sq = 0.0
+    for start, (g, lp, r) in _chunks(got, ref_lp, ref64):
+        scale = r.abs() + typical
+        err = (g - r).abs() / scale
+        at = int(err.argmax())
+        if float(err[at]) > worst:
+            worst, worst_at = float(err[at]), start + at
+        lp_worst = max(lp_worst, float(((lp - r).abs() / scale).max()))
+        err_sq += float((g - r).pow(2).sum())
+        lp_sq += float((lp - r).pow(2).sum())
+    budget = BUDGET_FACTOR * max(lp_worst, FLOOR_FACTOR * eps)
+    if worst > budget:
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst_at), ref64.shape))
+        return OutputCheck(name, "float", False, worst, budget,
+                           f"error {worst:.3g} > budget {budget:.3g} (relative to |ref| + rms(ref)) at index {idx}: "
+                           f"got {float(got.reshape(-1)[worst_at]):.6g}, expected "
+                           f"{float(ref64.reshape(-1)[worst_at]):.6g}")
+    norm_ref = square_sum ** 0.5
+    err_l2 = err_sq ** 0.5
+    budget_l2 = BUDGET_FACTOR * max(lp_sq ** 0.5, FLOOR_FACTOR * eps * norm_ref)
     if err_l2 > budget_l2:
         return OutputCheck(name, "float", False, err_l2, budget_l2,
                            f"L2 error {err_l2:.3g} > budget {budget_l2:.3g} (precision too low overall)")
-    return OutputCheck(name, "float", True, float(err.max()), budget)
+    return OutputCheck(name, "float", True, worst, budget)
 
 
 def check_exact(name: str, got: torch.Tensor, want: torch.Tensor) -> OutputCheck:

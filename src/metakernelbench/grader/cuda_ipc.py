@@ -83,6 +83,58 @@ def export(tensors: list[torch.Tensor]) -> list[dict]:
     return records
 
 
+class DeviceBuffer:
+    """Parent side of the input hand-over: one dedicated device allocation (never the caching allocator's, whose
+    segments also hold the parent's references) into which each call's inputs are copied; the child maps it by its
+    IPC handle and copies them out into memory it owns. Grows when a call needs more; `close` frees it."""
+
+    ALIGN = 256
+
+    def __init__(self, device: str) -> None:
+        self.device = torch.device(device)
+        self.pointer = 0
+        self.size = 0
+        self.handle = ""
+
+    def _reserve(self, nbytes: int) -> None:
+        if nbytes <= self.size:
+            return
+        self.close()
+        size = max(nbytes, 2 << 20)
+        with _primary_context(self.device) as lib:
+            pointer, handle = ctypes.c_uint64(), _Handle()
+            _check(lib.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(size)), "cuMemAlloc")
+            self.pointer, self.size = pointer.value, size
+            _check(lib.cuIpcGetMemHandle(ctypes.byref(handle), pointer), "cuIpcGetMemHandle")
+        self.handle = ctypes.string_at(ctypes.addressof(handle), HANDLE_BYTES).hex()
+
+    def records(self, tensors: list[torch.Tensor]) -> list[dict]:
+        """Copy `tensors` into the buffer (contiguous, each at an aligned offset) and describe them for the child."""
+        flats = [t.detach().contiguous().view(-1) for t in tensors]
+        sizes = [f.numel() * f.element_size() for f in flats]
+        offsets, end = [], 0
+        for nbytes in sizes:
+            offsets.append(end)
+            end += -(-nbytes // self.ALIGN) * self.ALIGN
+        self._reserve(end)
+        records = []
+        for t, flat, nbytes, offset in zip(tensors, flats, sizes, offsets):
+            if nbytes:
+                target = torch.as_tensor(_DeviceBytes(self.pointer + offset, nbytes), device=self.device)
+                target.copy_(flat.view(torch.uint8) if flat.element_size() == 1 else
+                             flat.view(channel._CARRIER[flat.element_size()]).view(torch.uint8))
+            records.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "nbytes": nbytes,
+                            "device": str(self.device), "handle": self.handle if nbytes else "", "offset": offset})
+        torch.cuda.current_stream(self.device).synchronize()
+        return records
+
+    def close(self) -> None:
+        if self.pointer:
+            with _primary_context(self.device) as lib:
+                lib.cuMemFree_v2(ctypes.c_uint64(self.pointer))
+            self.pointer, self.size, self.handle = 0, 0, ""
+
+
 class _DeviceBytes:
     """Just enough of `__cuda_array_interface__` for torch to view mapped bytes without owning them."""
 

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from metakernelbench.grader.sandbox import isolate_child, protect_this_process, scrubbed_env
 
+# Thread pools (OpenMP's for ATen, TVM's for TIRx host kernels) sleep at once after a parallel region instead of
+# spinning, so the child can demand that no thread runs between `solve` returning and the output report.
+IDLE_POOLS = {"OMP_WAIT_POLICY": "PASSIVE", "TVM_THREAD_POOL_SPIN_COUNT": "0"}
+
 def _tell(control: socket.socket, message: bytes) -> None:
     """Report to the grader; a grader that is gone (killed, say) leaves nothing to serve: exit without a traceback."""
     try:
@@ -28,6 +32,8 @@ def serve(control: socket.socket, dsls: list[str]) -> None:
 
     from metakernelbench.dsl import get_adapter
     from metakernelbench.grader import child
+
+    child.prime()
 
     for name in dsls:
         adapter = get_adapter(name)
@@ -74,7 +80,7 @@ class ForkServer:
         self.process = subprocess.Popen(
             [sys.executable, "-c", "import sys; from metakernelbench.grader.forkserver import main; main(sys.argv[1:])",
              str(theirs.fileno()), *dsls],
-            pass_fds=[theirs.fileno()], env=scrubbed_env({"PYTORCH_NVML_BASED_CUDA_CHECK": "1", **(env or {})}),
+            pass_fds=[theirs.fileno()], env=scrubbed_env({**IDLE_POOLS, "PYTORCH_NVML_BASED_CUDA_CHECK": "1", **(env or {})}),
             stdin=subprocess.DEVNULL,
         )
         theirs.close()

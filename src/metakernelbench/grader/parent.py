@@ -1,13 +1,15 @@
 """The trusted side of grading: drives a fresh untrusted child per submission and computes the verdict.
 
-The parent never imports submission code. It draws seeds (`secrets`) and sends them one at a time after the
-submission is imported, regenerates the same inputs itself, computes the reference (low precision and fp64) on
-its own copies, and compares what the child returns. Timing happens in the child with functions bound before the
-submission loaded; the parent checks them by identity, checks event time against wall time, and refuses runtimes
-below the roofline floor.
+The parent never imports submission code. For every call it draws a seed (`secrets`), makes the inputs itself
+and hands them to the child (a shared file on the CPU, CUDA IPC on a GPU), so the submission's interpreter never
+runs the input generator; it computes the references (low precision and fp64, numerics pinned) on its own copies
+and compares what the child returns. Timing happens in the child with primitives bound before the submission
+loaded; the child reports at every call whether torch's and the grader's namespaces, modes and native threads are
+as they were; the parent checks event time against wall time and refuses runtimes below the roofline floor.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import secrets
 import shutil
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from metakernelbench.grader import channel, cuda_ipc
+from metakernelbench.grader import channel, cuda_ipc, numerics
 from metakernelbench.grader.compare import compare, needs_fp64
 from metakernelbench.grader.forkserver import ForkServer
 from metakernelbench.grader.sandbox import protect_this_process
@@ -38,12 +40,17 @@ GPU_PEAKS = {"H200": (4.8e12, 989e12), "H100 PCIe": (2.0e12, 756e12), "H100": (3
 @dataclass(frozen=True)
 class GraderConfig:
     device: str | None = None  # default: cuda when a GPU is visible (resolved in Grader, never at import)
-    check_draws: int = 3  # at the timed size; with extra_size_draws per held-out size, at least 5 draws in all
+    check_draws: int = 5  # at the timed size, as the task statement promises; extra_size_draws per held-out size
     extra_size_draws: int = 2
     warmup_calls: int = 5
     timed_calls: int = 30
-    reverified_calls: int = 3
-    share_calls: int = 3
+    # Timed calls whose outputs are verified, drawn at random (None: all of them). 12 of 35 because a full check of
+    # every call costs a reference and a comparison each (too slow at full size on a GPU), and the median is
+    # robust: to move it a submission must skip more than half of the timed calls, which 12 random checks catch
+    # with probability above 1 - 2**-12.
+    reverified_calls: int | None = 12
+    share_calls: int = 5  # untimed calls under the dispatch logger, at random places among the timed ones
+    kernel_calls: int = 5  # separate profiled calls for the kernel-only device time
     min_dsl_share: float = 0.10
     baseline_processes: int = 3
     compile_baseline: bool | None = None
@@ -69,6 +76,12 @@ class _Failure(Exception):
         super().__init__(reason)
         self.check = check
         self.reason = reason
+
+
+def _require_integrity(reply: dict) -> None:
+    """Every reply carries what the child found changed at that call (namespaces, modes, native threads)."""
+    if reply.get("integrity_problems"):
+        raise _Failure("integrity", "; ".join(reply["integrity_problems"][:4]))
 
 
 def device_name(device: str) -> str:
@@ -102,6 +115,22 @@ class _Session:
         self.exit_code: int | None = None
         self.ipc = torch.device(job["device"]).type == "cuda"
         self.verify_s = 0.0
+        self.inputs_path = self.workdir / "inputs.bin"
+        self.buffer = cuda_ipc.DeviceBuffer(job["device"]) if self.ipc else None
+
+    def hand_over(self, inputs: tuple) -> dict:
+        """The request fields that carry one call's inputs: their records, and their bytes in the shared buffer (a
+        dedicated device allocation) or a file the parent writes for this call alone."""
+        try:
+            records, tensors = channel.input_records(inputs)
+        except TypeError as exc:
+            raise _Failure("runtime_error", f"the problem's inputs cannot be handed over: {exc}")
+        if self.buffer is not None and all(t.is_cuda for t in tensors):
+            return {"inputs": records, "tensors": self.buffer.records(tensors), "transport": "ipc"}
+        with open(self.inputs_path, "wb") as f:
+            f.truncate(max(1, sum(t.numel() * t.element_size() for t in tensors)))
+        layouts = channel.write_to_file([t.cpu() for t in tensors], str(self.inputs_path))
+        return {"inputs": records, "tensors": layouts, "transport": "file", "path": str(self.inputs_path)}
 
     def request(self, msg: dict, timeout_s: float, expect_nonce: str | None = None) -> dict:
         nonce = expect_nonce or secrets.token_hex(16)
@@ -123,6 +152,8 @@ class _Session:
 
     def close(self) -> tuple[str, str]:
         self.exit_code = self.server.reap(self.handle)
+        if self.buffer is not None:
+            self.buffer.close()
         tails = []
         for name in ("stdout.txt", "stderr.txt"):
             path = self.workdir / name
@@ -143,6 +174,8 @@ class Grader:
         self._server_dsls: tuple[str, ...] = ()
         self._baselines: dict[tuple[str, str], dict] = {}
         self._work: dict[tuple[str, str], tuple[int, int]] = {}
+        self._anchors: dict[str, numerics.Anchor] = {}
+        self.numerics = numerics.pin()
         protect_this_process()
 
     def __enter__(self) -> "Grader":
@@ -165,19 +198,10 @@ class Grader:
         return self._server
 
     # -- reference side ---------------------------------------------------------------------------------------
-    def _references(self, problem: Problem, seed: int, size: str) -> tuple[tuple, tuple]:
-        inputs = problem.make_inputs(seed, self.device, size)
-        lp = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
-        if not needs_fp64(problem):
-            return lp, lp
-
-        def widen(t):
-            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
-                return t.to(torch.float64)
-            return t.clone() if isinstance(t, torch.Tensor) else t
-
-        wide = problem.reference(*[widen(t) for t in inputs])
-        return lp, wide
+    def _anchor(self, problem: Problem) -> numerics.Anchor:
+        if problem.id not in self._anchors:
+            self._anchors[problem.id] = numerics.Anchor(problem)
+        return self._anchors[problem.id]
 
     def _fetch_outputs(self, session: _Session, max_bytes: int) -> tuple[tuple, str]:
         """Outputs come device to device through CUDA IPC where the driver allows it, else through a file sized to
@@ -193,8 +217,7 @@ class Grader:
                     message = header["error"].strip().splitlines()[-1]
                     check = "integrity" if "exceed" in message else "runtime_error"
                     raise _Failure(check, message)
-                if header.get("integrity_problems"):
-                    raise _Failure("integrity", "; ".join(header["integrity_problems"]))
+                _require_integrity(header)
                 for meta in header["outputs"]:
                     if torch.device(meta["device"]).type != self.device_type:
                         raise _Failure("correctness", f"an output is on {meta['device']}, inputs were on "
@@ -213,27 +236,30 @@ class Grader:
         finally:
             path.unlink(missing_ok=True)
 
-    def _call(self, session: _Session, seed: int, size: str, timeout_s: float, ghost: bool = False) -> dict:
-        reply = session.request({"op": "call", "seed": seed, "size": size, "ghost": ghost}, timeout_s)
+    def _call(self, problem: Problem, session: _Session, size: str, timeout_s: float, **flags) -> tuple[dict, tuple]:
+        """One call on fresh inputs the parent makes from a fresh seed; returns the reply and those inputs."""
+        inputs = problem.make_inputs(secrets.randbits(62), self.device, size)
+        reply = session.request({"op": "call", **session.hand_over(inputs), **flags}, timeout_s)
         if reply.get("error"):
             last = reply["error"].strip().splitlines()[-1] if reply["error"].strip() else "error"
             raise _Failure("runtime_error", f"solve raised: {last}")
-        return reply
+        _require_integrity(reply)
+        return reply, inputs
 
-    def _verify(self, problem: Problem, session: _Session, seed: int, size: str) -> dict:
+    def _drop(self, session: _Session) -> None:
+        _require_integrity(session.request({"op": "drop"}, self.config.call_timeout_s))
+
+    def _verify(self, problem: Problem, session: _Session, inputs: tuple, size: str) -> dict:
         started = time.monotonic()
         try:
-            return self._verify_outputs(problem, session, seed, size)
+            lp, wide = self._anchor(problem).references(inputs, size, needs_fp64(problem))
+            expected = sum(t.numel() * t.element_size() for t in lp if isinstance(t, torch.Tensor))
+            got, transport = self._fetch_outputs(session, max_bytes=2 * expected + (1 << 20))
+            checks = compare(problem, got, lp, wide)
+            return {"size": size, "outputs": [c.__dict__ for c in checks], "passed": all(c.passed for c in checks),
+                    "transport": transport}
         finally:
             session.verify_s += time.monotonic() - started
-
-    def _verify_outputs(self, problem: Problem, session: _Session, seed: int, size: str) -> dict:
-        lp, wide = self._references(problem, seed, size)
-        expected = sum(t.numel() * t.element_size() for t in lp if isinstance(t, torch.Tensor))
-        got, transport = self._fetch_outputs(session, max_bytes=2 * expected + (1 << 20))
-        checks = compare(problem, got, lp, wide)
-        return {"size": size, "outputs": [c.__dict__ for c in checks], "passed": all(c.passed for c in checks),
-                "transport": transport}
 
     # -- grading ------------------------------------------------------------------------------------------------
     def grade(self, problem: Problem, dsl: str, path: Path) -> Verdict:
@@ -265,8 +291,9 @@ class Grader:
         runtime: dict = {}
         try:
             session = _Session(self._fork_server(dsl), {
-                "mode": "candidate", "dsl": dsl, "device": self.device, "problem_path": str(problem.path),
-                "candidate_path": str(path.resolve()), "memory_limit_bytes": self.config.memory_limit_bytes,
+                "mode": "candidate", "dsl": dsl, "device": self.device, "candidate_path": str(path.resolve()),
+                "inplace": dict(problem.inplace), "outputs": list(problem.outputs),
+                "memory_limit_bytes": self.config.memory_limit_bytes,
             }, started + self.config.total_timeout_s)
             runtime = self._run_candidate(problem, session, state)
         except _Failure as exc:
@@ -300,15 +327,13 @@ class Grader:
                        reason=failure.reason if failure else "", draws=state["draws"], runtime=runtime,
                        baseline=baseline, speedup_vs_eager=speedup, speedup_vs_eager_range=speedup_range,
                        speedup_vs_compile=speedup_compile, roofline=state.get("roofline", {}),
-                       checks=state["checks"], timings_s=timings, stdout_tail=stdout, stderr_tail=stderr)
+                       checks=state["checks"], timings_s=timings, numerics=self.numerics, stdout_tail=stdout,
+                       stderr_tail=stderr)
 
     def _run_candidate(self, problem: Problem, session: _Session, state: dict) -> dict:
         cfg = self.config
         t0 = time.monotonic()
         ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
-        armed = ready.get("fingerprint", {}) if ready.get("op") == "armed" else None
-        if armed is not None:
-            ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
         state["timings"]["import"] = time.monotonic() - t0
         if ready.get("error"):
             raise _Failure("import", "importing the submission failed: " + ready["error"].strip().splitlines()[-1])
@@ -318,6 +343,7 @@ class Grader:
                                                                    "fatal)" for k, v in isolation.items()}}
         if ready.get("python_threads", 1) != 1:
             raise _Failure("integrity", f"the submission started {ready['python_threads'] - 1} thread(s) at import")
+        _require_integrity(ready)
 
         sizes = problem.check_sizes(self.device_type)
         timed_size = problem.timed_size(self.device_type)
@@ -325,29 +351,21 @@ class Grader:
         state["timings"]["first_call"] = 0.0
         for size, draws in plan:
             for draw_index in range(draws):
-                seed = secrets.randbits(62)
                 t1 = time.monotonic()
                 first = draw_index == 0  # a submission may compile per shape: the first call at a size compiles
-                reply = self._call(session, seed, size, cfg.first_call_timeout_s if first else cfg.call_timeout_s)
+                reply, inputs = self._call(problem, session, size,
+                                           cfg.first_call_timeout_s if first else cfg.call_timeout_s)
                 if first:
                     state["timings"]["first_call"] += time.monotonic() - t1
                 state["compiled"] = True
                 self._require_launch(reply)
-                draw = self._verify(problem, session, seed, size)
+                draw = self._verify(problem, session, inputs, size)
                 state["draws"].append(draw)
                 if not draw["passed"]:
                     bad = next(o for o in draw["outputs"] if not o["passed"])
                     raise _Failure("correctness", f"size '{size}', output '{bad['name']}': {bad['reason']}")
 
-        seed = secrets.randbits(62)
-        ghost = self._ghost_call(session, seed, timed_size)
-        if ghost is not None:
-            try:
-                ghost = self._verify(problem, session, seed, timed_size)
-            except _Failure as exc:  # malformed outputs without the DSL kernels: they mattered
-                if exc.check not in ("integrity", "correctness", "runtime_error"):
-                    raise
-                ghost = None
+        ghost = self._ghost_call(problem, session, timed_size)
         state["checks"]["ghost_replay"] = {"passed": ghost is None or not ghost["passed"],
                                            "detail": "outputs with the DSL launches neutralised must be wrong"}
         if ghost is not None and ghost["passed"]:
@@ -355,16 +373,27 @@ class Grader:
                                            "correct outputs: the DSL kernel does not compute them")
 
         total_calls = cfg.warmup_calls + cfg.timed_calls
-        reverify = set(secrets.SystemRandom().sample(range(total_calls), min(cfg.reverified_calls, total_calls)))
-        times, host_times, l2_resets = [], [], []
+        rng = secrets.SystemRandom()
+        checked = total_calls if cfg.reverified_calls is None else min(cfg.reverified_calls, total_calls)
+        reverify = set(rng.sample(range(total_calls), checked))
+        # The DSL-share calls sit at random places after the warm-up, indistinguishable from timed calls to the
+        # submission, so eager work kept for "timed" calls meets the dispatch logger too.
+        share_at = collections.Counter(rng.randrange(cfg.warmup_calls, total_calls + 1) for _ in range(cfg.share_calls))
+        times, host_times, l2_resets, shares = [], [], [], []
         verify_before_timing = session.verify_s
+        share_s = 0.0
         t2 = time.monotonic()
-        for i in range(total_calls):
-            seed = secrets.randbits(62)
-            reply = self._call(session, seed, timed_size, cfg.call_timeout_s)
+        for i in range(total_calls + 1):
+            for _ in range(share_at[i]):
+                t3 = time.monotonic()
+                shares.append(self._share_call(problem, session, timed_size))
+                share_s += time.monotonic() - t3
+            if i == total_calls:
+                break
+            reply, inputs = self._call(problem, session, timed_size, cfg.call_timeout_s)
             self._require_launch(reply)
             if i in reverify:
-                draw = self._verify(problem, session, seed, timed_size)
+                draw = self._verify(problem, session, inputs, timed_size)
                 draw["reverified_timed_call"] = i
                 state["draws"].append(draw)
                 if not draw["passed"]:
@@ -372,24 +401,35 @@ class Grader:
                     raise _Failure("correctness", f"timed call {i} was wrong (output '{bad['name']}': "
                                                   f"{bad['reason']}): honest only while checked?")
             else:
-                session.request({"op": "drop"}, cfg.call_timeout_s)
+                self._drop(session)
             l2_resets.append(reply.get("l2_reset"))
             if i >= cfg.warmup_calls:
                 times.append(float(reply["ms"]))
                 host_times.append(float(reply["host_ms"]))
-        state["timings"]["timed_calls"] = time.monotonic() - t2 - (session.verify_s - verify_before_timing)
+        state["timings"]["timed_calls"] = (time.monotonic() - t2 - share_s
+                                           - (session.verify_s - verify_before_timing))
+        state["checks"]["reverified"] = {"passed": True, "detail": f"{checked} of {total_calls} timed calls "
+                                                                   "verified, chosen at random"}
         state["runtime"] = _summary(times)
         state["runtime"]["host_median_ms"] = statistics.median(host_times)
         state["runtime"]["host"] = state["host"]
         if self.device_type == "cuda":
             state["checks"]["isolation"]["detail"]["persisting_l2_reset"] = (
                 "on" if all(l2_resets) else "refused by the platform (not fatal)")
-        self._check_dsl_share(session, timed_size, state)
+        self._judge_dsl_share(shares, state)
+        kernel = []
+        for _ in range(cfg.kernel_calls):
+            reply, _ = self._call(problem, session, timed_size, cfg.call_timeout_s, profile=True)
+            self._drop(session)
+            kernel.append(float(reply["kernel_ms"]))
+        if kernel:
+            state["runtime"]["kernel_ms"] = statistics.median(kernel)
         final = session.request({"op": "finish"}, cfg.call_timeout_s)
-        final["tampered"] += sorted(k for k, v in (armed or {}).items() if final.get("fingerprint", {}).get(k) != v)
-        state["checks"]["unpatched"] = {"passed": not final["tampered"], "detail": final["tampered"]}
-        if final["tampered"]:
-            raise _Failure("integrity", f"grader-critical functions were replaced: {', '.join(final['tampered'])}")
+        problems = final.get("integrity_problems", [])
+        state["checks"]["unpatched"] = {"passed": not problems, "detail": problems or
+                                        "torch's and the grader's namespaces, modes and threads unchanged at every "
+                                        "call"}
+        _require_integrity(final)
         state["checks"]["threads"] = {"passed": final["python_threads"] == 1,
                                       "detail": f"{final['python_threads']} Python thread(s) after the calls"}
         if final["python_threads"] != 1:
@@ -399,30 +439,41 @@ class Grader:
         state["roofline"] = self._roofline(problem, timed_size, runtime["median_ms"])
         return runtime
 
-    def _ghost_call(self, session: _Session, seed: int, size: str) -> dict | None:
-        """A call with the DSL launches neutralised; None when it raised (which also proves the DSL work mattered)."""
+    def _ghost_call(self, problem: Problem, session: _Session, size: str) -> dict | None:
+        """The outputs of a call with the DSL launches neutralised; None when it raised or returned malformed
+        outputs (which also proves the DSL work mattered)."""
         try:
-            return self._call(session, seed, size, self.config.call_timeout_s, ghost=True)
+            _, inputs = self._call(problem, session, size, self.config.call_timeout_s, ghost=True)
+            return self._verify(problem, session, inputs, size)
         except _Failure as exc:
-            if exc.check != "runtime_error":
+            if exc.check not in ("integrity", "correctness", "runtime_error"):
                 raise
             return None
 
-    def _check_dsl_share(self, session: _Session, size: str, state: dict) -> None:
-        """The DSL kernels must carry the work: the time inside DSL launches, bracketed by device events, must be a
-        real share of the call. Catches a token DSL kernel (a flag) gating work done in eager PyTorch (threat 1)."""
-        shares = []
-        for _ in range(self.config.share_calls):
-            reply = session.request({"op": "call", "seed": secrets.randbits(62), "size": size,
-                                        "measure_dsl": True}, self.config.call_timeout_s)
-            if reply.get("error"):
-                raise _Failure("runtime_error", "solve raised: " + reply["error"].strip().splitlines()[-1])
-            session.request({"op": "drop"}, self.config.call_timeout_s)
-            shares.append(min(1.0, float(reply["dsl_ms"]) / float(reply["ms"])) if reply["ms"] > 0 else 0.0)
-        share = statistics.median(shares)
-        passed = share >= self.config.min_dsl_share
-        state["checks"]["dsl_share"] = {"passed": passed, "share": share, "detail": f"{share:.0%} of a call's time "
-                                        f"is inside DSL launches (minimum {self.config.min_dsl_share:.0%})"}
+    def _share_call(self, problem: Problem, session: _Session, size: str) -> dict:
+        reply, _ = self._call(problem, session, size, self.config.call_timeout_s, measure_dsl=True)
+        self._require_launch(reply)
+        self._drop(session)
+        share = min(1.0, float(reply["dsl_ms"]) / float(reply["ms"])) if reply["ms"] > 0 else 0.0
+        return {"share": share, "eager_ops": reply.get("eager_ops") or {}}
+
+    def _judge_dsl_share(self, shares: list[dict], state: dict) -> None:
+        """The DSL kernels must carry the work (threats 1, 24): the share calls ran under a dispatch logger, and any
+        compute operator of eager PyTorch outside the glue allow-list fails, whatever its timing; the time inside
+        DSL launches, bracketed by device events, must also be a real share of the call."""
+        eager: collections.Counter = collections.Counter()
+        for reading in shares:
+            eager.update(reading["eager_ops"])
+        share = statistics.median(r["share"] for r in shares) if shares else 1.0
+        passed = share >= self.config.min_dsl_share and not eager
+        state["checks"]["dsl_share"] = {"passed": passed, "share": share, "eager_ops": dict(eager),
+                                        "detail": f"{share:.0%} of a call's time is inside DSL launches (minimum "
+                                                  f"{self.config.min_dsl_share:.0%}); eager compute operators: "
+                                                  f"{', '.join(eager) or 'none'}"}
+        if eager:
+            raise _Failure("dsl_share", f"solve computed with eager PyTorch outside its DSL kernels "
+                                        f"({', '.join(sorted(eager)[:5])}): only allocation, views and fills may "
+                                        f"run outside the DSL")
         if not passed:
             raise _Failure("dsl_share", f"only {share:.0%} of a call's time is inside its DSL kernels (minimum "
                                         f"{self.config.min_dsl_share:.0%}): the work is done outside the DSL")
@@ -499,20 +550,22 @@ class Grader:
 
     def _time_baseline(self, problem: Problem, mode: str, size: str) -> dict:
         cfg = self.config
-        medians, errors = [], []
+        medians, errors, pinned = [], [], {}
         for _ in range(cfg.baseline_processes if mode == "eager" else 1):
             session = _Session(self._fork_server(None), {
                 "mode": mode, "dsl": None, "device": self.device, "problem_path": str(problem.path),
-                "candidate_path": None, "memory_limit_bytes": cfg.memory_limit_bytes,
+                "candidate_path": None, "inplace": dict(problem.inplace), "outputs": list(problem.outputs),
+                "memory_limit_bytes": cfg.memory_limit_bytes,
             }, time.monotonic() + cfg.total_timeout_s)
             try:
                 ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
                 if ready.get("error"):
                     raise _Failure("import", ready["error"].strip().splitlines()[-1])
+                pinned = ready.get("numerics", {})
                 times = []
                 for i in range(cfg.warmup_calls + cfg.timed_calls):
-                    reply = self._call(session, secrets.randbits(62), size, cfg.first_call_timeout_s)
-                    session.request({"op": "drop"}, cfg.call_timeout_s)
+                    reply, _ = self._call(problem, session, size, cfg.first_call_timeout_s)
+                    self._drop(session)
                     if i >= cfg.warmup_calls:
                         times.append(float(reply["ms"]))
                 medians.append(statistics.median(times))
@@ -524,6 +577,6 @@ class Grader:
         if not medians:
             return {"error": errors[0] if errors else "no measurement"}
         median = statistics.median(medians)
-        return {"median_ms": median, "process_medians_ms": medians, "min_process_ms": min(medians),
+        return {"median_ms": median, "numerics": pinned, "process_medians_ms": medians, "min_process_ms": min(medians),
                 "max_process_ms": max(medians), "spread": (max(medians) - min(medians)) / median}
 

@@ -21,7 +21,9 @@ VERDICT_LEGEND = {
     "runtime": "timed calls in ms: median, mean, min, max, p10, p90, spread=(p90-p10)/median, "
                "max_over_median (super-batching shows here), n, host_median_ms (wall clock of the same calls), host (how "
                "the timing process was steadied on a GPU: the one CPU it was pinned to, CUDA's synchronisation "
-               "schedule; the garbage collector is off inside every timed call)",
+               "schedule; the garbage collector is off inside every timed call), kernel_ms (the kernel-only time of "
+               "one call, median of separate profiled calls that are never timed: device time of the kernels on a "
+               "GPU, time inside the DSL's launches on the CPU)",
     "baseline": "PyTorch eager (and torch.compile where it compiles) timed by the same procedure, one median per "
                 "fresh process; spread=(max-min)/median across processes",
     "speedup_vs_eager": "eager median / submission median; speedup_vs_eager_range uses the slowest and fastest "
@@ -35,6 +37,8 @@ VERDICT_LEGEND = {
                  "re-verifications), verify (references, output hand-over and comparison over all checked draws), "
                  "baseline (0 when cached for the problem), total, overhead (total minus first calls, timed calls "
                  "and baseline: what the grader itself costs per submission)",
+    "numerics": "the numerics the references and the eager/compile baselines ran under (TF32 and reduced-precision "
+                "reductions off)",
     "stdout_tail": "last bytes the submission printed (capped)",
     "stderr_tail": "last bytes of the submission's stderr (capped)",
 }
@@ -60,6 +64,7 @@ class Verdict:
     roofline: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, dict] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
+    numerics: dict[str, Any] = field(default_factory=dict)
     stdout_tail: str = ""
     stderr_tail: str = ""
 

@@ -1,0 +1,114 @@
+"""Pinned numerics and the references' fp64 anchor: how the trusted side computes what a submission is judged by.
+
+References and eager/compile baselines run with TF32 and reduced-precision reductions off, so the budget is
+anchored to the precision the problem states, not to whatever a backend defaults to. The fp64 anchor widens only
+float inputs of 16 bits or more (fp8 values are exact in their own type; widening them multiplies memory by 8 for
+nothing) and, where the reference is row-separable, runs in slices of rows so one check's extra memory stays
+bounded: separability is not declared but proven, once per problem and size, by the low-precision reference on
+slices reproducing the whole one bit for bit.
+"""
+from __future__ import annotations
+
+import torch
+
+# Each slice's widened inputs are at most this share of the inputs' own bytes.
+SLICE_SHARE = 0.25
+
+
+def pin() -> dict:
+    """Turn TF32 and reduced-precision reductions off in this process; returns what is in force, for the verdict."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.set_float32_matmul_precision("highest")
+    return pinned()
+
+
+def pinned() -> dict:
+    matmul = torch.backends.cuda.matmul
+    return {"matmul_allow_tf32": matmul.allow_tf32, "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "matmul_allow_bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
+            "matmul_allow_fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
+def widen(value):
+    """The fp64 anchor's copy of one input: fp16/bf16/fp32 tensors in fp64, every other value as it is."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point and value.element_size() >= 2:
+            return value.to(torch.float64)
+        return value.clone()
+    return value
+
+
+def _tensor_bytes(values) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+class Anchor:
+    """Computes one problem's references at one size; remembers whether its reference is row-separable."""
+
+    def __init__(self, problem) -> None:
+        self.problem = problem
+        self.separable: dict[str, bool] = {}
+        self.slices_used = 0
+
+    def references(self, inputs: tuple, size: str, needs_fp64: bool) -> tuple[tuple, tuple]:
+        lp = self.problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
+        if not needs_fp64:
+            return lp, lp
+        rows = self._rows(inputs, lp)
+        if size not in self.separable:
+            self.separable[size] = rows is not None and self._proven(inputs, lp, rows)
+        if not self.separable[size]:
+            self.slices_used = 1
+            return lp, self.problem.reference(*[widen(t) for t in inputs])
+        return lp, self._sliced(inputs, lp, rows)
+
+    @staticmethod
+    def _rows(inputs: tuple, outputs: tuple) -> int | None:
+        """The leading size every output shares, if some inputs share it too (the candidate row dimension)."""
+        if not outputs or any(not isinstance(o, torch.Tensor) or o.dim() == 0 for o in outputs):
+            return None
+        rows = outputs[0].shape[0]
+        if rows < 2 or any(o.shape[0] != rows for o in outputs):
+            return None
+        if not any(isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == rows for t in inputs):
+            return None
+        return rows
+
+    @staticmethod
+    def _cut(inputs: tuple, rows: int, begin: int, end: int, convert) -> list:
+        return [convert(t[begin:end]) if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == rows
+                else convert(t) for t in inputs]
+
+    def _step(self, inputs: tuple, rows: int) -> int:
+        sliced = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == rows]
+        wide_bytes = sum(t.numel() * 8 for t in sliced if t.dtype.is_floating_point and t.element_size() >= 2)
+        budget = SLICE_SHARE * max(_tensor_bytes(inputs), 1)
+        return max(1, min(rows, int(rows * budget / wide_bytes) if wide_bytes else rows))
+
+    def _proven(self, inputs: tuple, lp: tuple, rows: int) -> bool:
+        step = max(1, min(self._step(inputs, rows), rows // 2))
+        parts = []
+        for begin in range(0, rows, step):
+            part = self.problem.reference(*self._cut(inputs, rows, begin, begin + step, lambda t: t.clone()
+                                                     if isinstance(t, torch.Tensor) else t))
+            if len(part) != len(lp) or any(not isinstance(p, torch.Tensor) or p.shape[0] != min(step, rows - begin)
+                                           for p in part):
+                return False
+            parts.append(part)
+        return all(torch.equal(torch.cat([p[i] for p in parts]), lp[i]) for i in range(len(lp)))
+
+    def _sliced(self, inputs: tuple, lp: tuple, rows: int) -> tuple:
+        step = self._step(inputs, rows)
+        wide = [torch.empty(o.shape, dtype=torch.float64 if o.dtype.is_floating_point and o.element_size() >= 2
+                            else o.dtype, device=o.device) for o in lp]
+        self.slices_used = 0
+        for begin in range(0, rows, step):
+            part = self.problem.reference(*self._cut(inputs, rows, begin, begin + step, widen))
+            for target, value in zip(wide, part):
+                target[begin:begin + step] = value
+            self.slices_used += 1
+        return tuple(wide)
