@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import subprocess
@@ -217,6 +218,55 @@ THREATS = [
     # 21 (gap): importlib reached through torch: the static rule must object, and so must the runtime import hook
     pytest.param("row21b_import_bypass.py", {}, "static_rules", r"importlib", id="21b-static"),
     pytest.param("row21b_import_bypass.py", STATIC_OFF, "import", r"not allowed", id="21b-importlib-bypass"),
+    # 22: builtins and the grader reached through allowed objects
+    pytest.param("row22_builtins_via_print_self.py", {}, "static_rules", r"'\.__self__' is forbidden", id="22-static"),
+    pytest.param("row22_builtins_via_print_self.py", STATIC_OFF, "import", r"import of 'gc' is not allowed",
+                 id="22-import-guard-judges-the-frame"),
+    pytest.param("row22b_getattribute_reach.py", {}, "static_rules", r"'torch\.cuda\.graphs' is not allowed",
+                 id="22b-static"),
+    pytest.param("row22b_getattribute_reach.py", STATIC_OFF, "integrity", r"runner\.timed was replaced",
+                 id="22b-one-shot-timer-seen-at-its-call"),
+    # 23: torch patched by assignment, restored before the end, or hooked by a mode
+    pytest.param("row23_patch_tensor_method.py", {}, "static_rules", r"assigning or deleting '\.detach' is forbidden",
+                 id="23-static"),
+    pytest.param("row23_patch_tensor_method.py", STATIC_OFF, "integrity", r"torch\.Tensor\.detach was replaced",
+                 id="23-patch-seen-before-the-first-call"),
+    pytest.param("row23b_patch_and_restore.py", {}, "static_rules", r"assigning or deleting '\.equal' is forbidden",
+                 id="23b-static"),
+    pytest.param("row23b_patch_and_restore.py", STATIC_OFF, "integrity", r"torch\.equal was replaced",
+                 id="23b-patch-seen-at-its-call"),
+    pytest.param("row23c_function_mode.py", {}, "static_rules", r"'torch\.overrides' is not allowed", id="23c-static"),
+    pytest.param("row23c_function_mode.py", STATIC_OFF, "integrity", r"torch function or dispatch mode is active",
+                 id="23c-mode-seen"),
+    # 24: another implementation behind a DSL shell
+    pytest.param("row24_eager_behind_copy_kernel.py", {}, "dsl_share", r"eager PyTorch outside its DSL kernels "
+                 r"\(.*aten::mean", id="24-eager-behind-copy-kernel"),
+    pytest.param("row24b_torchscript.py", {}, "static_rules", r"'torch\.jit' is not allowed", id="24b-static"),
+    pytest.param("row24b_torchscript.py", STATIC_OFF, "dsl_share", r"eager PyTorch outside its DSL kernels",
+                 id="24b-torchscript-logged"),
+    pytest.param("row24c_packed_callback.py", {}, "static_rules", r"register_global_func' is forbidden",
+                 id="24c-static"),
+    pytest.param("row24c_packed_callback.py", STATIC_OFF, "dsl_share", r"eager PyTorch outside its DSL kernels",
+                 id="24c-callback-inside-the-launch-logged"),
+    pytest.param("row24d_inline_cpp.py", {}, "static_rules", r"load_inline' is forbidden", id="24d-static"),
+    pytest.param("row24d_inline_cpp.py", STATIC_OFF, "import", r"Operation not permitted",
+                 id="24d-no-compiler-can-start"),
+    pytest.param("row24e_native_library.py", {}, "static_rules", r"'open' is forbidden", id="24e-static"),
+    pytest.param("row24e_native_library.py", STATIC_OFF, "integrity", r"native code was loaded from outside",
+                 id="24e-foreign-native-code-seen"),
+    # 25: OS access through allowed roots (runtime sides: test_row25_*)
+    pytest.param("row25_extern_system.py", {}, "static_rules", r"call_extern\('system', \.\.\.\) is forbidden",
+                 id="25-static"),
+    pytest.param("row25b_collect_env_run.py", {}, "static_rules", r"'torch\.utils\.collect_env' is not allowed",
+                 id="25b-static"),
+    pytest.param("row25c_storage_from_file.py", {}, "static_rules", r"'\.from_file' is forbidden", id="25c-static"),
+    # 26: native threads finishing the work after solve returns
+    pytest.param("row26_native_thread.py", {}, "static_rules", r"'torch\.jit' is not allowed", id="26-static"),
+    pytest.param("row26_native_thread.py", STATIC_OFF, "integrity", r"native thread .* after solve returned",
+                 id="26-native-thread-seen"),
+    # 27: skip the work on timed calls never read back (every timed call verified here; see test_row27_*)
+    pytest.param("row27_skip_unread_calls.py", dict(reverified_calls=None), "correctness",
+                 r"timed call \d+ was wrong", id="27-every-timed-call-verified"),
 ]
 
 
@@ -228,7 +278,7 @@ def test_threat_rejected(grader, p28, name, changes, checks, reason):
 
 def test_every_row_has_an_exploit_file():
     rows = {int(m.group(1)) for p in ADV.glob("row*.py") if (m := re.match(r"row(\d\d)", p.name))}
-    assert rows == set(range(1, 22))
+    assert rows == set(range(1, 28))
     for p in ADV.glob("*.py"):
         doc = p.read_text().split("\n", 1)[0]
         assert doc.startswith('"""') and doc.endswith('"""'), f"{p.name} needs a one-line docstring"
@@ -239,7 +289,7 @@ def test_row05_pointer_cache_never_hits(grader, p28):
     v = grade(grader, p28, "row05_cache_by_pointer.py", **STATIC_OFF)
     hits = [int(h) for h in re.findall(r"hits=(\d+)", v.stdout_tail)]
     assert hits and max(hits) == 0, describe(v)
-    assert v.correct, f"with no hits the file computes honestly and should be correct: {describe(v)}"
+    assert v.draws and all(d["passed"] for d in v.draws), f"with no hits the file computes honestly: {describe(v)}"
     assert v.passed or v.failed_check == "dsl_share", describe(v)  # its cache copies are eager work (row 24)
 
 
@@ -249,6 +299,54 @@ def test_row12_and_row17_never_predict_inputs(grader, p28):
         v = grade(grader, p28, name, **STATIC_OFF)
         hits = [int(h) for h in re.findall(r"hits=(\d+)", v.stdout_tail)]
         assert hits and max(hits) == 0, describe(v)
+
+
+def test_row25_kernel_extern_cannot_start_a_program(grader, p28):
+    """With the static rules off, `system` from a TIRx kernel runs, but the child may start no program: the shell
+    never executes (exit status 127 << 8), and the otherwise honest file passes."""
+    v = grade(grader, p28, "row25_extern_system.py", **STATIC_OFF)
+    assert _probe_lines(v.stdout_tail).get("system_status") == str(127 << 8), describe(v)
+    assert "MKB_ROW25_RAN" not in v.stdout_tail and v.checks["isolation"]["detail"]["no_programs"] == "on"
+
+
+def test_row25_collect_env_run_cannot_start_a_program(grader, p28):
+    v = grade(grader, p28, "row25b_collect_env_run.py", **STATIC_OFF)
+    assert _probe_lines(v.stdout_tail).get("ran") == "False", describe(v)
+
+
+def test_row27_default_verification_catches_skipping_half_the_timed_calls():
+    """The default verifies 12 of 35 timed calls at random: skipping enough calls to move the median (more than
+    half) escapes with probability below 1e-3, where the old 3 of 35 let 1 in 8 through."""
+    cfg = GraderConfig()
+    total = cfg.warmup_calls + cfg.timed_calls
+    assert cfg.reverified_calls is not None and cfg.reverified_calls >= 10
+    honest = total - (total // 2 + 1)  # calls the submission did not skip
+    escape = math.comb(honest, cfg.reverified_calls) / math.comb(total, cfg.reverified_calls)
+    old = math.comb(honest, 3) / math.comb(total, 3)
+    assert escape < 1e-3 < old, (escape, old)
+
+
+def test_row27_reverification_counts_every_checked_call(grader, p28):
+    v = grade(grader, p28, HONEST, reverified_calls=None)
+    assert v.passed, describe(v)
+    timed = BASE.warmup_calls + BASE.timed_calls
+    assert sorted(d["reverified_timed_call"] for d in v.draws if "reverified_timed_call" in d) == list(range(timed))
+
+
+def test_honest_grading_reports_its_new_checks(grader, p28):
+    """Five draws at the timed size, pinned numerics, the eager-operator log, the kernel-only time, every call's
+    integrity: all in the verdict of an honest submission."""
+    v = grade(grader, p28, HONEST)
+    assert v.passed, describe(v)
+    main_draws = [d for d in v.draws if d["size"] == "cpu" and "reverified_timed_call" not in d]
+    assert len(main_draws) >= 5
+    assert v.numerics["matmul_allow_tf32"] is False and v.numerics["cudnn_allow_tf32"] is False
+    assert v.numerics["matmul_allow_bf16_reduced_precision_reduction"] is False
+    assert v.numerics["float32_matmul_precision"] == "highest"
+    assert v.baseline["eager"]["numerics"] == v.numerics
+    assert v.checks["dsl_share"]["eager_ops"] == {} and v.checks["dsl_share"]["passed"]
+    assert 0 < v.runtime["kernel_ms"] < 1.5 * v.runtime["median_ms"], v.runtime
+    assert v.checks["unpatched"]["passed"], v.checks["unpatched"]
 
 
 def test_row11_fake_verdict_on_stdout_is_ignored(grader, p28):
@@ -290,7 +388,71 @@ REEXPORT_ROUTES = [
     pytest.param("import torch\nframe = torch.inspect.currentframe()", id="torch.inspect"),
     pytest.param('import operator\nup = operator.attrgetter("f_back")', id="attrgetter-string"),
     pytest.param("import tvm_tirx\nos = tvm_tirx.os", id="tvm_tirx.os"),
+    # row 22: builtins, frames and string-named attributes through allowed objects
+    pytest.param('b = print.__self__', id="print.__self__"),
+    pytest.param('async def f():\n    pass\nfb = f().cr_frame.f_builtins', id="coroutine-frame"),
+    pytest.param('try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    t = e.__traceback__.tb_next', id="traceback"),
+    pytest.param('import torch\nos = object.__getattribute__(torch, "o" + "s")', id="getattribute-string"),
+    pytest.param('g = (i for i in ()).gi_code.co_consts', id="generator-code"),
+    pytest.param('f = type("X", (), {})', id="type-three-args"),
+    # row 23: assignment to imported modules and classes, modes, hooks
+    pytest.param('import torch\ntorch.Tensor.detach = lambda self: self', id="assign-tensor-method"),
+    pytest.param('import torch\ndel torch.Tensor.detach', id="del-tensor-method"),
+    pytest.param('import torch\nt = torch.Tensor\nt.max = None', id="alias-then-assign"),
+    pytest.param('import torch\nt = torch\nt.jit.script(None)', id="module-as-value"),
+    pytest.param('from torch import cuda as c\nk = c', id="namespace-as-value"),
+    pytest.param('import torch\nclass M(torch.overrides.TorchFunctionMode):\n    pass', id="torch-overrides"),
+    pytest.param('class L:\n    def __torch_dispatch__(self):\n        pass', id="define-torch-dispatch"),
+    pytest.param('class L:\n    __torch_function__ = None', id="bind-torch-function"),
+    pytest.param('class M(type):\n    pass\nclass X(metaclass=M):\n    pass', id="metaclass"),
+    pytest.param('import torch\nclass P:\n    def put(self):\n        self.detach = 1\nP.put(torch.Tensor)',
+                 id="method-through-the-class"),
+    pytest.param('import torch\nclass P:\n    def put(self):\n        self = torch.Tensor\n        self.max = 1',
+                 id="self-rebound"),
+    pytest.param('import torch\nclass P:\n    @staticmethod\n    def put(c):\n        c.max = 1', id="staticmethod-store"),
+    pytest.param('import torch\ntorch.nn.functional.__dict__["relu"] = None', id="dunder-dict"),
+    # row 24: other implementations
+    pytest.param('import torch\nf = torch.jit.script(None)', id="torch.jit"),
+    pytest.param('import torch\nf = torch.cuda.jiterator._create_jit_fn("")', id="jiterator"),
+    pytest.param('from torch.cuda import jiterator', id="from-torch.cuda-import-jiterator"),
+    pytest.param('import torch.utils.cpp_extension', id="cpp_extension"),
+    pytest.param('import tvm_ffi\nm = tvm_ffi.cpp.load_inline("x")', id="tvm_ffi.cpp"),
+    pytest.param('import tvm_ffi\nf = tvm_ffi.get_global_func("ffi.ModuleLoadFromFile")', id="tvm_ffi-registry"),
+    pytest.param('import tvm_ffi\nm = tvm_ffi.Module', id="tvm_ffi-module"),
+    pytest.param('from tvm_tirx.script import tirx as T\nx = T.call_packed("f")', id="call_packed"),
+    pytest.param('from tvm_tirx.script import tirx as T\n@T.pyfunc\ndef f():\n    pass', id="pyfunc"),
+    pytest.param('import torch\nx = torch._C._get_tracing_state()', id="torch._C"),
+    pytest.param('import torch\nx = torch.classes', id="torch.classes"),
+    pytest.param('import torch.multiprocessing', id="torch.multiprocessing"),
+    # row 25: OS access through allowed roots
+    pytest.param('from tvm_tirx.script import tirx as T\nx = T.call_extern("system", "ls", ty="int32")',
+                 id="extern-system"),
+    pytest.param('from tvm_tirx.script import tirx as T\nname = "sys" + "tem"\nx = T.call_extern(name, ty="int32")',
+                 id="extern-computed-name"),
+    pytest.param('import torch\nx = torch.from_file("/etc/passwd")', id="torch.from_file"),
+    pytest.param('import torch\nx = torch.UntypedStorage.from_file("/etc/passwd")', id="storage-from_file"),
+    pytest.param('import torch\nx = torch.serialization.load("f")', id="torch.serialization"),
+    pytest.param('import torch\nx = torch.utils.collect_env.run("ls")', id="collect_env"),
+    pytest.param('import torch\nx = torch.load("f")', id="torch.load"),
 ]
+
+ALLOWED_ROUTES = [
+    pytest.param('import torch\nclass K:\n    def __init__(self, n):\n        self.n = n\n        self._cache = {}',
+                 id="self-attributes"),
+    pytest.param('from tvm_tirx.script import tirx as T\ny = T.call_pure_extern("fmaxf", 1.0, 2.0, ty="float32")',
+                 id="math-extern"),
+    pytest.param('import torch\ns = torch.cuda.current_stream()\nc = torch.cuda.get_device_capability()',
+                 id="torch.cuda-allowed"),
+    pytest.param('from torch.utils.dlpack import from_dlpack\nimport torch.nn.functional as F\ny = F.relu',
+                 id="dlpack-and-functional"),
+    pytest.param('import torch\nx = torch.empty((2, 3), dtype=torch.bfloat16)\ny = x.view(-1)', id="glue"),
+]
+
+
+@pytest.mark.parametrize("snippet", ALLOWED_ROUTES)
+def test_static_rules_allow_the_safe_subset(snippet):
+    source = snippet + "\n\n\ndef solve(*inputs):\n    return inputs\n"
+    assert get_adapter("tirx").check_source(source) == []
 
 
 @pytest.mark.parametrize("snippet", REEXPORT_ROUTES)

@@ -50,8 +50,12 @@ class Adapter:
     forbidden_attributes: dict[str, str] = {}
     extern_calls: frozenset[str] = frozenset()
     # Whether torch operators running inside this DSL's launches are the DSL's own work (a DSL whose kernels are
-    # Python over tensors); where not, the DSL-share calls count them as eager compute like any other.
-    launches_run_torch: bool = False
+    # Python over tensors); where not (a compiled DSL, whose launches run no torch of their own), the logged calls
+    # count them as eager compute like any other, so a host callback inside a launch buys nothing.
+    launches_run_torch: bool = True
+    # Whether compiling and launching this DSL's kernels starts other programs (a compiler binary); where not, the
+    # child may start none, so `system` from a kernel extern or a foreign-code compiler fails at the kernel.
+    spawns_programs: bool = True
 
     def guide(self) -> str:
         """The DSL section of a variant's task statement (correct for the pinned version)."""

@@ -29,6 +29,7 @@ class CuteAdapter(Adapter):
     # CUDA's driver bindings give the launch stream and nothing else (no module loads, launches, limits or copies).
     namespaces = {"cuda": frozenset({"bindings"}), "cuda.bindings": frozenset({"driver"}),
                   "cuda.bindings.driver": frozenset({"CUstream"})}
+    launches_run_torch = False
 
     def install_gate(self, gate: LaunchGate) -> None:
         base = importlib.import_module("cutlass.base_dsl.jit_executor")

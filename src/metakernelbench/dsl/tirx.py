@@ -63,6 +63,8 @@ class TirxAdapter(Adapter):
             "remove_global_func", "register_func", "get_global_func_metadata", "init_ffi_api", "system_lib",
             "load_inline", "build_inline", "cpp", "libinfo", "ptx_legacy", "module_set_attr")}
     extern_calls = frozenset({"call_extern", "call_pure_extern"})
+    spawns_programs = False  # host kernels JIT in process (LLVM ORC), CUDA ones through NVRTC
+    launches_run_torch = False
 
     def install_gate(self, gate: LaunchGate) -> None:
         from tvm_tirx.codegen.executable import Executable

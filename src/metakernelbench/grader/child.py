@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -88,6 +89,33 @@ class _Snapshot:
 
 
 _MISSING = object()
+
+
+def _hooks() -> tuple:
+    """Every way code can be made to run inside the grader's own steps without replacing a function: trace and
+    profile hooks, collector callbacks, signal handlers and interval timers."""
+    handlers = tuple(signal.getsignal(s) for s in sorted(signal.valid_signals()) if s not in (signal.SIGKILL,
+                                                                                                 signal.SIGSTOP))
+    timers = tuple(signal.getitimer(t) for t in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))
+    return (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook, tuple(gc.callbacks),
+            handlers, timers)
+
+
+_SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/opt/", "/etc/")
+
+
+def _foreign_code(trusted_dirs: tuple[str, ...]) -> set[str]:
+    """Files mapped executable from outside the installed libraries and the system's: native code the submission
+    built or brought (an inline C++ extension, a shared object loaded through ctypes)."""
+    found = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/"):
+                path = fields[5].strip()
+                if not path.startswith(trusted_dirs + _SYSTEM_DIRS):
+                    found.add(path)
+    return found
 
 
 def _thread_times() -> dict[int, int]:
@@ -271,6 +299,7 @@ class Runner:
         self.main_tid = threading.get_native_id()
         self.old_threads: set[int] = set()
         self.dispatch_keys = self._dispatch_keys()
+        self.trusted = _trusted_dirs()
 
     # -- set-up -----------------------------------------------------------------------------------------------
     def load(self) -> dict:
@@ -293,7 +322,7 @@ class Runner:
         module_name = "submission"
         spec = importlib.util.spec_from_file_location(module_name, self.job["candidate_path"])
         module = importlib.util.module_from_spec(spec)
-        guard = _ImportGuard(vars(module), self.adapter.allowed_roots + COMMON_IMPORTS, _trusted_dirs())
+        guard = _ImportGuard(vars(module), self.adapter.allowed_roots + COMMON_IMPORTS, self.trusted)
         builtins.__import__ = guard
         for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
             sys.modules.pop(name)
@@ -317,6 +346,8 @@ class Runner:
             spaces += [(f"gated {owner}", owner) for owner in self.gate.owners]
         self.snapshot = _Snapshot(spaces)
         self.old_threads = set(_thread_times())
+        self.hooks = _hooks()
+        self.native_code = _foreign_code(self.trusted)
 
     # -- integrity --------------------------------------------------------------------------------------------
     @staticmethod
@@ -334,6 +365,11 @@ class Runner:
             problems.append("a torch function or dispatch mode is active outside solve")
         if self._dispatch_keys() != self.dispatch_keys:
             problems.append("torch's thread-local dispatch keys were changed")
+        if _hooks() != self.hooks:
+            problems.append("a trace or profile hook, collector callback, signal handler or timer was installed")
+        foreign = _foreign_code(self.trusted) - self.native_code
+        if foreign:
+            problems.append(f"native code was loaded from outside the installed libraries ({sorted(foreign)[0]})")
         return problems
 
     def close_window(self) -> list[str]:
@@ -398,7 +434,7 @@ class Runner:
             self.gate.neutralise = bool(msg.get("ghost"))
             self.gate.readings = []
             self.gate.clock = self._launch_clock if msg.get("measure_dsl") or msg.get("profile") else None
-            if msg.get("measure_dsl"):
+            if msg.get("log_eager"):
                 log = _EagerLog(self.gate, self.adapter.launches_run_torch)
         threads_started = self.thread_starts.count
         solve = self.solve
@@ -422,6 +458,7 @@ class Runner:
                  None, "integrity_problems": problems}
         if msg.get("measure_dsl") and self.gate is not None:
             reply["dsl_ms"] = self._dsl_ms()
+        if log is not None:
             reply["eager_ops"] = dict(log.compute.most_common(8))
         if msg.get("profile"):
             reply["kernel_ms"] = kernel_ms if self.device_type == "cuda" else self._dsl_ms()

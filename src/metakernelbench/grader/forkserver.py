@@ -55,7 +55,8 @@ def serve(control: socket.socket, dsls: list[str]) -> None:
             control.close()
             sock = socket.socket(fileno=fds[0])
             try:
-                job["isolation"] = isolate_child(job["workdir"], job.get("memory_limit_bytes"))
+                job["isolation"] = isolate_child(job["workdir"], job.get("memory_limit_bytes"),
+                                                 bool(job.get("no_exec")))
                 child.serve(sock, job)
             finally:
                 os._exit(0)

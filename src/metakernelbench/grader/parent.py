@@ -49,7 +49,8 @@ class GraderConfig:
     # robust: to move it a submission must skip more than half of the timed calls, which 12 random checks catch
     # with probability above 1 - 2**-12.
     reverified_calls: int | None = 12
-    share_calls: int = 5  # untimed calls under the dispatch logger, at random places among the timed ones
+    share_calls: int = 3  # untimed calls measuring the time inside DSL launches, at random places among the timed
+    logged_calls: int = 5  # untimed calls under the dispatch logger, at random places among the timed ones
     kernel_calls: int = 5  # separate profiled calls for the kernel-only device time
     min_dsl_share: float = 0.10
     baseline_processes: int = 3
@@ -293,7 +294,7 @@ class Grader:
             session = _Session(self._fork_server(dsl), {
                 "mode": "candidate", "dsl": dsl, "device": self.device, "candidate_path": str(path.resolve()),
                 "inplace": dict(problem.inplace), "outputs": list(problem.outputs),
-                "memory_limit_bytes": self.config.memory_limit_bytes,
+                "memory_limit_bytes": self.config.memory_limit_bytes, "no_exec": not adapter.spawns_programs,
             }, started + self.config.total_timeout_s)
             runtime = self._run_candidate(problem, session, state)
         except _Failure as exc:
@@ -378,15 +379,18 @@ class Grader:
         reverify = set(rng.sample(range(total_calls), checked))
         # The DSL-share calls sit at random places after the warm-up, indistinguishable from timed calls to the
         # submission, so eager work kept for "timed" calls meets the dispatch logger too.
-        share_at = collections.Counter(rng.randrange(cfg.warmup_calls, total_calls + 1) for _ in range(cfg.share_calls))
+        extra = ["measure_dsl"] * cfg.share_calls + ["log_eager"] * cfg.logged_calls
+        extra_at = collections.defaultdict(list)
+        for flag in extra:
+            extra_at[rng.randrange(cfg.warmup_calls, total_calls + 1)].append(flag)
         times, host_times, l2_resets, shares = [], [], [], []
         verify_before_timing = session.verify_s
         share_s = 0.0
         t2 = time.monotonic()
         for i in range(total_calls + 1):
-            for _ in range(share_at[i]):
+            for flag in extra_at[i]:
                 t3 = time.monotonic()
-                shares.append(self._share_call(problem, session, timed_size))
+                shares.append(self._share_call(problem, session, timed_size, flag))
                 share_s += time.monotonic() - t3
             if i == total_calls:
                 break
@@ -450,12 +454,16 @@ class Grader:
                 raise
             return None
 
-    def _share_call(self, problem: Problem, session: _Session, size: str) -> dict:
-        reply, _ = self._call(problem, session, size, self.config.call_timeout_s, measure_dsl=True)
+    def _share_call(self, problem: Problem, session: _Session, size: str, flag: str) -> dict:
+        """One untimed call that either brackets the DSL launches with clock readings or logs eager operators (the
+        logger's own cost would distort the share, so never both)."""
+        reply, _ = self._call(problem, session, size, self.config.call_timeout_s, **{flag: True})
         self._require_launch(reply)
         self._drop(session)
-        share = min(1.0, float(reply["dsl_ms"]) / float(reply["ms"])) if reply["ms"] > 0 else 0.0
-        return {"share": share, "eager_ops": reply.get("eager_ops") or {}}
+        if flag == "log_eager":
+            return {"eager_ops": reply.get("eager_ops") or {}}
+        return {"share": min(1.0, float(reply["dsl_ms"]) / float(reply["ms"])) if reply["ms"] > 0 else 0.0,
+                "eager_ops": {}}
 
     def _judge_dsl_share(self, shares: list[dict], state: dict) -> None:
         """The DSL kernels must carry the work (threats 1, 24): the share calls ran under a dispatch logger, and any
@@ -464,7 +472,8 @@ class Grader:
         eager: collections.Counter = collections.Counter()
         for reading in shares:
             eager.update(reading["eager_ops"])
-        share = statistics.median(r["share"] for r in shares) if shares else 1.0
+        timed = [r["share"] for r in shares if "share" in r]
+        share = statistics.median(timed) if timed else 1.0
         passed = share >= self.config.min_dsl_share and not eager
         state["checks"]["dsl_share"] = {"passed": passed, "share": share, "eager_ops": dict(eager),
                                         "detail": f"{share:.0%} of a call's time is inside DSL launches (minimum "

@@ -1,5 +1,6 @@
 """What a submission's process may not do, enforced by the kernel where Linux allows it: no secrets in its
-environment, no reading the grading processes' environments, no signalling or tracing other processes, no network.
+environment, no reading the grading processes' environments, no signalling or tracing other processes, no network,
+and (where its DSL compiles in-process) no starting programs.
 
 Each measure reports whether it took effect, so a verdict says which isolation it ran under.
 """
@@ -22,9 +23,11 @@ SECCOMP_MODE_FILTER = 2
 # process_vm_readv/writev, pidfd_open/pidfd_send_signal/pidfd_getfd.
 _SYSCALLS = {
     "x86_64": {"arch": 0xC000003E, "kill": 62, "tkill": 200, "tgkill": 234, "ptrace": 101, "process_vm_readv": 310,
-               "process_vm_writev": 311, "pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438},
+               "process_vm_writev": 311, "pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438,
+               "execve": 59, "execveat": 322},
     "aarch64": {"arch": 0xC00000B7, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117, "process_vm_readv": 270,
-                "process_vm_writev": 271, "pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438},
+                "process_vm_writev": 271, "pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438,
+                "execve": 221, "execveat": 281},
 }
 # Capabilities a root-run submission keeps: enough for GPU memory and resource limits, none that reach other
 # processes (SYS_PTRACE, KILL), administer the system, or change identity.
@@ -48,7 +51,7 @@ def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def _seccomp_filter(own_pid: int) -> bytes | None:
+def _seccomp_filter(own_pid: int, no_exec: bool) -> bytes | None:
     table = _SYSCALLS.get(platform.machine())
     if table is None:
         return None
@@ -56,6 +59,8 @@ def _seccomp_filter(own_pid: int) -> bytes | None:
     allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
     denied = [table[n] for n in ("kill", "tkill", "ptrace", "process_vm_readv", "process_vm_writev",
                                  "pidfd_send_signal", "pidfd_open", "pidfd_getfd")]
+    if no_exec:  # no new programs: `system` from a kernel's extern, subprocesses, compilers of foreign code
+        denied += [table["execve"], table["execveat"]]
     # Another ABI's syscall numbers (i386 or x32 on x86-64) would dodge the table: refuse them outright.
     prog = [_bpf(ld_w_abs, 0, 0, 4), _bpf(jeq, 1, 0, table["arch"]), _bpf(ret, 0, 0, deny),
             _bpf(ld_w_abs, 0, 0, 0), _bpf(0x35, 0, 1, 0x40000000), _bpf(ret, 0, 0, deny)]
@@ -71,8 +76,8 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _install_seccomp() -> bool:
-    program = _seccomp_filter(os.getpid())
+def _install_seccomp(no_exec: bool) -> bool:
+    program = _seccomp_filter(os.getpid(), no_exec)
     if program is None or _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return False
     buffer = ctypes.create_string_buffer(program)
@@ -94,7 +99,7 @@ def _drop_capabilities() -> bool:
     return _libc.capset(ctypes.c_char_p(header), ctypes.c_char_p(data)) == 0
 
 
-def isolate_child(workdir: str, memory_limit_bytes: int | None) -> dict:
+def isolate_child(workdir: str, memory_limit_bytes: int | None, no_exec: bool = False) -> dict:
     """Runs in a freshly forked child before any submission code; returns which measures took effect."""
     os.setsid()
     os.chdir(workdir)
@@ -110,5 +115,7 @@ def isolate_child(workdir: str, memory_limit_bytes: int | None) -> dict:
     os.environ["HOME"] = workdir
     isolation = {"network": _libc.unshare(CLONE_NEWNET) == 0}
     isolation["capabilities"] = _drop_capabilities()
-    isolation["other_processes"] = _install_seccomp()
+    isolation["other_processes"] = _install_seccomp(no_exec)
+    if no_exec:
+        isolation["no_programs"] = isolation["other_processes"]
     return isolation

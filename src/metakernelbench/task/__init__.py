@@ -19,12 +19,17 @@ GRADING = """\
   exactly; NaN/Inf fail. Inputs that are not in-place outputs must be left bit-identical.
 - Every call must launch at least one kernel written in {dsl_title}, and that kernel must compute data the outputs
   depend on: the grader re-runs `solve` with your DSL launches neutralised and the outputs must change.
+- Eager PyTorch in `solve` may only allocate, fill, take views and read scalars: some calls run under a log of
+  torch's operators, and any arithmetic, reduction, copy, cast or gather outside your DSL launches fails the file.
 - Speed: after warm-up, {timed} calls with fresh inputs, L2 flushed before each, timed end to end (device
-  synchronised before the end event); some timed calls are re-verified at random. Reported: median runtime,
-  speedup over PyTorch eager (and torch.compile) timed the same way, and fraction of the roofline.
+  synchronised before the end event); 12 of the 35 calls, chosen at random, are verified like the draws.
+  Reported: median runtime, the kernels' own device time (from separate calls), speedup over PyTorch eager (and
+  torch.compile) timed the same way, and fraction of the roofline.
 - A runtime below the physical floor (bytes / peak bandwidth, flops / peak compute) fails. So do: patching the
-  grader, timers or torch; threads or streams that outlive a call; caching results between calls; reading files;
-  other kernel languages ({forbidden}).
+  grader, timers or torch (assigning to attributes of imported modules or classes, torch modes, hooks); threads,
+  native ones included, or streams that outlive a call; caching results between calls; reading files, starting
+  programs, loading native code; other kernel languages ({forbidden}). Only a safe subset of Python is accepted:
+  no dunder, private or frame attributes, only the listed parts of torch's namespaces.
 """
 
 
