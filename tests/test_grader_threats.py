@@ -254,6 +254,9 @@ THREATS = [
     pytest.param("row24e_native_library.py", {}, "static_rules", r"'open' is forbidden", id="24e-static"),
     pytest.param("row24e_native_library.py", STATIC_OFF, "integrity", r"native code was loaded from outside",
                  id="24e-foreign-native-code-seen"),
+    pytest.param("row24f_jiterator.py", {}, "static_rules", r"'torch\.cuda\.jiterator' is not allowed", id="24f-static"),
+    pytest.param("row24f_jiterator.py", STATIC_OFF, "import", r"another kernel language",
+                 id="24f-jiterator-shut-in-the-child"),
     # 25: OS access through allowed roots (runtime sides: test_row25_*)
     pytest.param("row25_extern_system.py", {}, "static_rules", r"call_extern\('system', \.\.\.\) is forbidden",
                  id="25-static"),

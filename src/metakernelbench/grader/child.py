@@ -236,6 +236,28 @@ class _ThreadStarts:
         return start
 
 
+# torch's doors to other kernel languages whose kernels no dispatch logger sees: shut in every submission's child.
+_OTHER_LANGUAGES = (("torch", "compile"), ("torch.cuda.jiterator", "_create_jit_fn"),
+                    ("torch.cuda.jiterator", "_create_multi_output_jit_fn"),
+                    ("torch._C", "_cuda_jiterator_compile_and_launch_kernel"))
+# Modules of other kernel languages a submission's child never loads, by any route.
+_OTHER_LANGUAGE_MODULES = ("torch.utils.cpp_extension", "torch._inductor", "torch.cuda.jiterator")
+
+
+def _shut_other_languages() -> None:
+    for module_name, attr in _OTHER_LANGUAGES:
+        owner = sys.modules.get(module_name)
+        if owner is not None and hasattr(owner, attr):
+            setattr(owner, attr, _refused(f"{module_name}.{attr}"))
+
+
+def _refused(name: str):
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"{name} is another kernel language: not available in a submission")
+
+    return refused
+
+
 def _timing(device_type: str, flush_buffer: torch.Tensor):
     """The flush and the timed call, with every primitive bound now (before the import) and held in this closure."""
     perf_counter, gc_disable, gc_enable, gc_isenabled = time.perf_counter, gc.disable, gc.enable, gc.isenabled
@@ -326,7 +348,8 @@ class Runner:
         builtins.__import__ = guard
         for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
             sys.modules.pop(name)
-        blocked = _BlockedImports(foreign_roots(self.job["dsl"]))
+        _shut_other_languages()
+        blocked = _BlockedImports(foreign_roots(self.job["dsl"]) + _OTHER_LANGUAGE_MODULES)
         sys.meta_path.insert(0, blocked)
         self.import_hooks = [(builtins, "__import__", guard), (sys.meta_path, 0, blocked)]
         self.arm()

@@ -8,6 +8,7 @@ precision downgrades that stay under the elementwise bound.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,46 +43,56 @@ def _structure(name: str, got: torch.Tensor, want: torch.Tensor, rule: str) -> O
     return None
 
 
-def _chunks(*tensors: torch.Tensor):
-    """Flat fp64 views of same-shaped tensors, CHUNK_ELEMENTS at a time: a check's extra memory stays a few chunks,
+def _chunks(tensor: torch.Tensor):
+    """(flat offset, fp64 chunk) of a tensor, CHUNK_ELEMENTS at a time: a check's extra memory stays a few chunks,
     never several fp64 copies of a whole output."""
-    flats = [t.reshape(-1) for t in tensors]
-    for start in range(0, flats[0].numel(), CHUNK_ELEMENTS):
-        yield start, [f[start:start + CHUNK_ELEMENTS].to(torch.float64) for f in flats]
+    flat = tensor.reshape(-1)
+    for start in range(0, flat.numel(), CHUNK_ELEMENTS):
+        yield start, flat[start:start + CHUNK_ELEMENTS].to(torch.float64)
 
 
-def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64: torch.Tensor) -> OutputCheck:
+def _pieces(ref64):
+    """The fp64 reference in flat pieces: a whole tensor chunked, or an anchor computed slice by slice (`pieces()`),
+    never held whole."""
+    return _chunks(ref64) if isinstance(ref64, torch.Tensor) else ref64.pieces()
+
+
+def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64) -> OutputCheck:
+    """`ref64` is an fp64 tensor, or anything with its `shape` and `pieces()`, which is read twice (once for the
+    output's scale, once for the errors)."""
     bad = _structure(name, got, ref_lp, "float")
     if bad:
         return bad
-    if ref64.numel() == 0:
+    shape = tuple(ref64.shape)
+    numel = math.prod(shape)
+    if numel == 0:
         return OutputCheck(name, "float", True, 0.0, 0.0)
-    nonfinite, square_sum = 0, 0.0
-    for _, (g, r) in _chunks(got, ref64):
-        nonfinite += int((~torch.isfinite(g)).sum())
-        square_sum += float(r.pow(2).sum())
+    nonfinite = sum(int((~torch.isfinite(g)).sum()) for _, g in _chunks(got))
     if nonfinite:
         return OutputCheck(name, "float", False, float("inf"), 0.0, f"{nonfinite} non-finite values (NaN/Inf)")
+    square_sum = sum(float(r.pow(2).sum()) for _, r in _pieces(ref64))
     eps = _eps(got.dtype)
-    typical = (square_sum / ref64.numel()) ** 0.5
-    worst, worst_at, lp_worst = -1.0, 0, 0.0
+    typical = (square_sum / numel) ** 0.5
+    got_flat, lp_flat = got.reshape(-1), ref_lp.reshape(-1)
+    worst, worst_at, worst_ref, lp_worst = -1.0, 0, 0.0, 0.0
     err_sq = lp_sq = 0.0
-    for start, (g, lp, r) in _chunks(got, ref_lp, ref64):
+    for start, r in _pieces(ref64):
+        g = got_flat[start:start + r.numel()].to(torch.float64)
+        lp = lp_flat[start:start + r.numel()].to(torch.float64)
         scale = r.abs() + typical
         err = (g - r).abs() / scale
         at = int(err.argmax())
         if float(err[at]) > worst:
-            worst, worst_at = float(err[at]), start + at
+            worst, worst_at, worst_ref = float(err[at]), start + at, float(r[at])
         lp_worst = max(lp_worst, float(((lp - r).abs() / scale).max()))
         err_sq += float((g - r).pow(2).sum())
         lp_sq += float((lp - r).pow(2).sum())
     budget = BUDGET_FACTOR * max(lp_worst, FLOOR_FACTOR * eps)
     if worst > budget:
-        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst_at), ref64.shape))
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst_at), shape))
         return OutputCheck(name, "float", False, worst, budget,
                            f"error {worst:.3g} > budget {budget:.3g} (relative to |ref| + rms(ref)) at index {idx}: "
-                           f"got {float(got.reshape(-1)[worst_at]):.6g}, expected "
-                           f"{float(ref64.reshape(-1)[worst_at]):.6g}")
+                           f"got {float(got_flat[worst_at]):.6g}, expected {worst_ref:.6g}")
     norm_ref = square_sum ** 0.5
     err_l2 = err_sq ** 0.5
     budget_l2 = BUDGET_FACTOR * max(lp_sq ** 0.5, FLOOR_FACTOR * eps * norm_ref)

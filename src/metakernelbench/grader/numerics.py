@@ -4,10 +4,13 @@ References and eager/compile baselines run with TF32 and reduced-precision reduc
 anchored to the precision the problem states, not to whatever a backend defaults to. The fp64 anchor widens only
 float inputs of 16 bits or more (fp8 values are exact in their own type; widening them multiplies memory by 8 for
 nothing) and, where the reference is row-separable, runs in slices of rows so one check's extra memory stays
-bounded: separability is not declared but proven, once per problem and size, by the low-precision reference on
-slices reproducing the whole one bit for bit.
+bounded (the anchor of an output is computed slice by slice whenever it is read, never held whole): separability is
+not declared but proven, once per problem and size, by the low-precision reference on slices reproducing the whole
+one bit for bit.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -52,23 +55,35 @@ class Anchor:
     def __init__(self, problem) -> None:
         self.problem = problem
         self.separable: dict[str, bool] = {}
+        self.proven_rows: dict[tuple, int] = {}
         self.slices_used = 0
 
+    @staticmethod
+    def _shapes(inputs: tuple) -> tuple:
+        return tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else repr(t) for t in inputs)
+
     def references(self, inputs: tuple, size: str, needs_fp64: bool) -> tuple[tuple, tuple]:
+        """(low-precision reference, fp64 anchor); once a size is proven row-separable, both come slice by slice."""
+        if self.separable.get(size):
+            rows = self._rows(inputs, None)
+            if rows is not None:
+                return self._sliced_lp(inputs, rows), self._sliced(inputs, rows)
         lp = self.problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
         if not needs_fp64:
             return lp, lp
         rows = self._rows(inputs, lp)
         if size not in self.separable:
             self.separable[size] = rows is not None and self._proven(inputs, lp, rows)
-        if not self.separable[size]:
+        if not self.separable[size] or rows is None:
             self.slices_used = 1
             return lp, self.problem.reference(*[widen(t) for t in inputs])
-        return lp, self._sliced(inputs, lp, rows)
+        return lp, self._sliced(inputs, rows)
 
-    @staticmethod
-    def _rows(inputs: tuple, outputs: tuple) -> int | None:
-        """The leading size every output shares, if some inputs share it too (the candidate row dimension)."""
+    def _rows(self, inputs: tuple, outputs: tuple | None) -> int | None:
+        """The leading size every output shares, if some inputs share it too (the candidate row dimension); with no
+        outputs at hand, the one proven for these inputs' shapes."""
+        if outputs is None:
+            return self.proven_rows.get(self._shapes(inputs))
         if not outputs or any(not isinstance(o, torch.Tensor) or o.dim() == 0 for o in outputs):
             return None
         rows = outputs[0].shape[0]
@@ -99,16 +114,44 @@ class Anchor:
                                            for p in part):
                 return False
             parts.append(part)
-        return all(torch.equal(torch.cat([p[i] for p in parts]), lp[i]) for i in range(len(lp)))
+        if not all(torch.equal(torch.cat([p[i] for p in parts]), lp[i]) for i in range(len(lp))):
+            return False
+        self.proven_rows[self._shapes(inputs)] = rows
+        return True
 
-    def _sliced(self, inputs: tuple, lp: tuple, rows: int) -> tuple:
-        step = self._step(inputs, rows)
-        wide = [torch.empty(o.shape, dtype=torch.float64 if o.dtype.is_floating_point and o.element_size() >= 2
-                            else o.dtype, device=o.device) for o in lp]
-        self.slices_used = 0
+    def _sliced_lp(self, inputs: tuple, rows: int) -> tuple:
+        """The low-precision reference slice by slice, into whole outputs (bit for bit the whole reference's)."""
+        step, whole = self._step(inputs, rows), None
         for begin in range(0, rows, step):
-            part = self.problem.reference(*self._cut(inputs, rows, begin, begin + step, widen))
-            for target, value in zip(wide, part):
+            part = self.problem.reference(*self._cut(inputs, rows, begin, begin + step, lambda t: t.clone()
+                                                     if isinstance(t, torch.Tensor) else t))
+            if whole is None:
+                whole = [torch.empty((rows, *p.shape[1:]), dtype=p.dtype, device=p.device) for p in part]
+            for target, value in zip(whole, part):
                 target[begin:begin + step] = value
-            self.slices_used += 1
-        return tuple(wide)
+        return tuple(whole)
+
+    def _sliced(self, inputs: tuple, rows: int) -> tuple:
+        """Each float output's fp64 anchor as a SlicedOutput; other outputs are compared exactly and need none."""
+        step = self._step(inputs, rows)
+        self.slices_used = -(-rows // step)
+        lp_like = self.problem.reference(*self._cut(inputs, rows, 0, 1, lambda t: t.clone()
+                                                    if isinstance(t, torch.Tensor) else t))
+        return tuple(SlicedOutput(self, inputs, rows, step, i, (rows, *o.shape[1:])) if o.dtype.is_floating_point
+                     and o.element_size() >= 2 else None for i, o in enumerate(lp_like))
+
+
+class SlicedOutput:
+    """One output's fp64 anchor, computed slice of rows by slice of rows each time it is read (the comparison reads
+    it twice), so no fp64 copy of the whole output or of its inputs ever exists."""
+
+    def __init__(self, anchor: Anchor, inputs: tuple, rows: int, step: int, index: int, shape) -> None:
+        self.anchor, self.inputs, self.rows, self.step, self.index = anchor, inputs, rows, step, index
+        self.shape = tuple(shape)
+
+    def pieces(self):
+        inner = math.prod(self.shape[1:])
+        for begin in range(0, self.rows, self.step):
+            part = self.anchor.problem.reference(*Anchor._cut(self.inputs, self.rows, begin, begin + self.step,
+                                                              widen))
+            yield begin * inner, part[self.index].reshape(-1).to(torch.float64)

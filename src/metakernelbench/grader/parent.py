@@ -118,6 +118,7 @@ class _Session:
         self.verify_s = 0.0
         self.inputs_path = self.workdir / "inputs.bin"
         self.buffer = cuda_ipc.DeviceBuffer(job["device"]) if self.ipc else None
+        self.input_transport = ""
 
     def hand_over(self, inputs: tuple) -> dict:
         """The request fields that carry one call's inputs: their records, and their bytes in the shared buffer (a
@@ -127,7 +128,9 @@ class _Session:
         except TypeError as exc:
             raise _Failure("runtime_error", f"the problem's inputs cannot be handed over: {exc}")
         if self.buffer is not None and all(t.is_cuda for t in tensors):
+            self.input_transport = "ipc"
             return {"inputs": records, "tensors": self.buffer.records(tensors), "transport": "ipc"}
+        self.input_transport = "file"
         with open(self.inputs_path, "wb") as f:
             f.truncate(max(1, sum(t.numel() * t.element_size() for t in tensors)))
         layouts = channel.write_to_file([t.cpu() for t in tensors], str(self.inputs_path))
@@ -258,7 +261,8 @@ class Grader:
             got, transport = self._fetch_outputs(session, max_bytes=2 * expected + (1 << 20))
             checks = compare(problem, got, lp, wide)
             return {"size": size, "outputs": [c.__dict__ for c in checks], "passed": all(c.passed for c in checks),
-                    "transport": transport}
+                    "transport": transport, "inputs_transport": session.input_transport,
+                    "fp64_slices": self._anchor(problem).slices_used}
         finally:
             session.verify_s += time.monotonic() - started
 

@@ -17,7 +17,9 @@ VERDICT_LEGEND = {
                     "launch, ghost_replay, dsl_share, integrity, timer, roofline (null when passed)",
     "reason": "one line saying why it failed",
     "draws": "per correctness draw: size, per-output rule, error, budget, pass, and how the outputs came back "
-             "(transport: ipc = device to device through CUDA IPC, file = through a parent-sized file)",
+             "(transport: ipc = device to device through CUDA IPC, file = through a parent-sized file), how the "
+             "parent's inputs reached the child (inputs_transport, the same two ways) and the row slices the fp64 "
+             "anchor ran in (fp64_slices, 1 when whole)",
     "runtime": "timed calls in ms: median, mean, min, max, p10, p90, spread=(p90-p10)/median, "
                "max_over_median (super-batching shows here), n, host_median_ms (wall clock of the same calls), host (how "
                "the timing process was steadied on a GPU: the one CPU it was pinned to, CUDA's synchronisation "
