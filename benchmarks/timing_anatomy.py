@@ -8,16 +8,22 @@ from __future__ import annotations
 import socket
 import statistics
 import sys
+import tempfile
+from pathlib import Path
 
 import torch
 
-from metakernelbench.grader import child
+from metakernelbench.grader import channel, child
+from metakernelbench.grader.parent import file_hand_over
 from metakernelbench.suite import load_problem
+
+INPUTS = Path(tempfile.gettempdir()) / "mkb-anatomy-inputs.bin"
 
 
 def harness_ms(problem, mode, dsl, calls=30, poison=True, keep_alive=True):
     job = {"mode": mode, "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path), "nonce": "anatomy",
-           "candidate_path": str(problem.graded_solution(dsl)) if dsl else None}
+           "candidate_path": str(problem.graded_solution(dsl)) if dsl else None, "inplace": dict(problem.inplace),
+           "outputs": list(problem.outputs)}
     harness_end, _parent_end = socket.socketpair()  # the child reports once before the import; nobody reads it here
     runner = child.Runner(harness_end, job)
     runner.load()
@@ -28,8 +34,9 @@ def harness_ms(problem, mode, dsl, calls=30, poison=True, keep_alive=True):
     size = problem.timed_size("cuda")
     times, hosts = [], []
     for i in range(calls + 5):
-        reply = runner.call({"seed": i, "size": size})
-        runner.last = None
+        records, tensors = channel.input_records(problem.make_inputs(i, "cuda:0", size))
+        reply = runner.call({"op": "call", **file_hand_over(records, tensors, INPUTS)})
+        runner.drop()
         if i >= 5:
             times.append(reply["ms"])
             hosts.append(reply["host_ms"])

@@ -40,6 +40,18 @@ def _context_flags() -> int:
     return flags.value
 
 
+def _request(problem, seed: int, size: str) -> dict:
+    """A call request as the grader's parent sends it: inputs it made, handed over by file."""
+    import tempfile
+    from pathlib import Path
+
+    from metakernelbench.grader import channel
+    from metakernelbench.grader.parent import file_hand_over
+
+    records, tensors = channel.input_records(problem.make_inputs(seed, "cuda:0", size))
+    return {"op": "call", **file_hand_over(records, tensors, Path(tempfile.gettempdir()) / "mkb-noise-inputs.bin")}
+
+
 def one_process(problem_id: str, dsl: str, setting: str, calls: int) -> dict:
     """In a fresh process: steady the host as the grader's child does (or not), then time like the grader does."""
     from metakernelbench.grader import child
@@ -49,16 +61,19 @@ def one_process(problem_id: str, dsl: str, setting: str, calls: int) -> dict:
     host = child.steady_host("cuda:0") if setting == "as_graded" else {}
     problem = load_problem(problem_id)
     job = {"mode": "candidate", "dsl": dsl, "device": "cuda:0", "problem_path": str(problem.path),
-           "nonce": "noise", "candidate_path": str(problem.graded_solution(dsl))}
+           "nonce": "noise", "candidate_path": str(problem.graded_solution(dsl)), "inplace": dict(problem.inplace),
+           "outputs": list(problem.outputs)}
     harness_end, _parent_end = socket.socketpair()
     runner = child.Runner(harness_end, job)
     runner.load()
     size = problem.timed_size("cuda")
     for seed in range(5):
-        runner.call({"seed": seed, "size": size})
+        runner.call(_request(problem, seed, size))
+        runner.drop()
     times, hosts = [], []
     for seed in range(5, 5 + calls):
-        reply = runner.call({"seed": seed, "size": size})
+        reply = runner.call(_request(problem, seed, size))
+        runner.drop()
         runner.last = None
         times.append(reply["ms"])
         hosts.append(reply["host_ms"])

@@ -36,7 +36,10 @@ def test_widen_only_floats_of_sixteen_bits_or_more():
 def test_anchor_slices_a_row_separable_reference_and_matches_the_full_widen():
     problem = load_problem("28")
     inputs = problem.make_inputs(5, "cpu", "cpu")
-    anchor = numerics.Anchor(problem)
+    small = numerics.Anchor(problem)
+    small.references(inputs, "cpu", needs_fp64=True)
+    assert small.slices_used == 1, "a widen this small is done whole"
+    anchor = numerics.Anchor(problem, slice_above_bytes=0)
     lp, wide = anchor.references(inputs, "cpu", needs_fp64=True)
     assert anchor.separable["cpu"] and anchor.slices_used > 1
     full = problem.reference(*[numerics.widen(t) for t in inputs])
@@ -55,7 +58,7 @@ class _AcrossRows:
 
 
 def test_anchor_widens_whole_when_slices_would_change_the_reference():
-    anchor = numerics.Anchor(_AcrossRows)
+    anchor = numerics.Anchor(_AcrossRows, slice_above_bytes=0)
     x, w = torch.randn(64, 32).bfloat16(), torch.randn(32).bfloat16()
     lp, wide = anchor.references((x, w), "s", needs_fp64=True)
     assert anchor.separable["s"] is False and anchor.slices_used == 1

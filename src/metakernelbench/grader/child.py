@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -102,20 +103,19 @@ def _hooks() -> tuple:
 
 
 _SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/opt/", "/etc/")
+_EXECUTABLE_FILE = re.compile(r"^\S+ ..x. \S+ \S+ \S+ +(/.*)$", re.MULTILINE)
 
 
-def _foreign_code(trusted_dirs: tuple[str, ...]) -> set[str]:
-    """Files mapped executable from outside the installed libraries and the system's: native code the submission
-    built or brought (an inline C++ extension, a shared object loaded through ctypes)."""
-    found = set()
+def _executable_files() -> set[str]:
+    """Files mapped executable into this process (its native code)."""
     with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/"):
-                path = fields[5].strip()
-                if not path.startswith(trusted_dirs + _SYSTEM_DIRS):
-                    found.add(path)
-    return found
+        return set(_EXECUTABLE_FILE.findall(maps.read()))
+
+
+def _foreign(paths: set[str], trusted_dirs: tuple[str, ...]) -> list[str]:
+    """Those from outside the installed libraries and the system's: native code the submission built or brought
+    (an inline C++ extension, a shared object loaded through ctypes)."""
+    return sorted(p for p in paths if not p.startswith(trusted_dirs + _SYSTEM_DIRS))
 
 
 def _thread_times() -> dict[int, int]:
@@ -370,15 +370,17 @@ class Runner:
         self.snapshot = _Snapshot(spaces)
         self.old_threads = set(_thread_times())
         self.hooks = _hooks()
-        self.native_code = _foreign_code(self.trusted)
+        self.native_code = _executable_files()
 
     # -- integrity --------------------------------------------------------------------------------------------
     @staticmethod
     def _dispatch_keys() -> tuple[str, str]:
         return (str(torch._C._dispatch_tls_local_include_set()), str(torch._C._dispatch_tls_local_exclude_set()))
 
-    def integrity(self) -> list[str]:
-        """What the submission changed that the grader's own steps depend on (empty when nothing)."""
+    def integrity(self, native: bool = False) -> list[str]:
+        """What the submission changed that the grader's own steps depend on (empty when nothing). Native code is
+        looked for (`native`, a read of the whole memory map) after the import, at every output report and at the
+        end: code it could run stays mapped until then."""
         problems = [f"{name} was replaced" for name in self.snapshot.changed()]
         for owner, key, hook in self.import_hooks:
             current = owner[key] if isinstance(owner, list) else getattr(owner, key)
@@ -390,9 +392,9 @@ class Runner:
             problems.append("torch's thread-local dispatch keys were changed")
         if _hooks() != self.hooks:
             problems.append("a trace or profile hook, collector callback, signal handler or timer was installed")
-        foreign = _foreign_code(self.trusted) - self.native_code
+        foreign = _foreign(_executable_files() - self.native_code, self.trusted) if native else []
         if foreign:
-            problems.append(f"native code was loaded from outside the installed libraries ({sorted(foreign)[0]})")
+            problems.append(f"native code was loaded from outside the installed libraries ({foreign[0]})")
         return problems
 
     def close_window(self) -> list[str]:
@@ -511,12 +513,13 @@ class Runner:
         return sum(end - begin for begin, end in self.gate.readings) * 1e3
 
     def drop(self) -> dict:
+        """Outputs never read: only the threads are judged now (the next call's own check covers the rest)."""
         self.last = None
-        return {"integrity_problems": self.close_window() + self.integrity()}
+        return {"integrity_problems": self.close_window()}
 
     def report_outputs(self, path: str, ipc: bool = False) -> dict:
         """Outputs stay referenced until the next call or drop: the parent may ask again by file if IPC fails."""
-        problems = self.close_window() + self.integrity()
+        problems = self.close_window() + self.integrity(native=True)
         if problems:
             return {"integrity_problems": problems}
         if self.last is None:
@@ -549,7 +552,7 @@ class Runner:
         return {"single": single, "outputs": metas, "transport": "file", "integrity_problems": []}
 
     def finish(self) -> dict:
-        problems = self.close_window() + self.integrity()
+        problems = self.close_window() + self.integrity(native=True)
         return {"integrity_problems": problems, "python_threads": threading.active_count(),
                 "native_threads": len(os.listdir("/proc/self/task"))}
 
@@ -587,7 +590,7 @@ def serve(sock: socket.socket, job: dict) -> None:
         return
     channel.send(sock, {"op": "ready", "nonce": job["nonce"], "python_threads": threading.active_count(),
                         "isolation": job.get("isolation", {}), "host": host,
-                        "integrity_problems": runner.integrity(), **info})
+                        "integrity_problems": runner.integrity(native=True), **info})
     while True:
         msg = channel.recv(sock)
         op, nonce = msg.get("op"), msg.get("nonce")

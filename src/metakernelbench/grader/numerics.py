@@ -14,8 +14,10 @@ import math
 
 import torch
 
-# Each slice's widened inputs are at most this share of the inputs' own bytes.
+# Each slice's widened inputs are at most this share of the inputs' own bytes; below SLICE_ABOVE_BYTES of widened
+# inputs a whole widen fits anywhere and slicing would only cost time.
 SLICE_SHARE = 0.25
+SLICE_ABOVE_BYTES = 64 << 20
 
 
 def pin() -> dict:
@@ -52,8 +54,9 @@ def _tensor_bytes(values) -> int:
 class Anchor:
     """Computes one problem's references at one size; remembers whether its reference is row-separable."""
 
-    def __init__(self, problem) -> None:
+    def __init__(self, problem, slice_above_bytes: int = SLICE_ABOVE_BYTES) -> None:
         self.problem = problem
+        self.slice_above_bytes = slice_above_bytes
         self.separable: dict[str, bool] = {}
         self.proven_rows: dict[tuple, int] = {}
         self.slices_used = 0
@@ -71,7 +74,9 @@ class Anchor:
         lp = self.problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
         if not needs_fp64:
             return lp, lp
-        rows = self._rows(inputs, lp)
+        wide_bytes = sum(t.numel() * 8 for t in inputs if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+                         and t.element_size() >= 2)
+        rows = self._rows(inputs, lp) if wide_bytes > self.slice_above_bytes else None
         if size not in self.separable:
             self.separable[size] = rows is not None and self._proven(inputs, lp, rows)
         if not self.separable[size] or rows is None:
@@ -142,8 +147,8 @@ class Anchor:
 
 
 class SlicedOutput:
-    """One output's fp64 anchor, computed slice of rows by slice of rows each time it is read (the comparison reads
-    it twice), so no fp64 copy of the whole output or of its inputs ever exists."""
+    """One output's fp64 anchor, computed slice of rows by slice of rows when the comparison reads it, so no fp64
+    copy of the whole output or of its inputs ever exists."""
 
     def __init__(self, anchor: Anchor, inputs: tuple, rows: int, step: int, index: int, shape) -> None:
         self.anchor, self.inputs, self.rows, self.step, self.index = anchor, inputs, rows, step, index
