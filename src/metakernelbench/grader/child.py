@@ -378,9 +378,11 @@ class Runner:
         return (str(torch._C._dispatch_tls_local_include_set()), str(torch._C._dispatch_tls_local_exclude_set()))
 
     def integrity(self, native: bool = False) -> list[str]:
-        """What the submission changed that the grader's own steps depend on (empty when nothing). Native code is
-        looked for (`native`, a read of the whole memory map) after the import, at every output report and at the
-        end: code it could run stays mapped until then."""
+        """What the submission changed that the grader's own steps depend on (empty when nothing; a baseline runs no
+        submission). Native code is looked for (`native`, a read of the whole memory map) after the import, at every
+        output report and at the end: code it could run stays mapped until then."""
+        if self.adapter is None:
+            return []
         problems = [f"{name} was replaced" for name in self.snapshot.changed()]
         for owner, key, hook in self.import_hooks:
             current = owner[key] if isinstance(owner, list) else getattr(owner, key)
@@ -475,7 +477,8 @@ class Runner:
                 self.gate.neutralise = False
                 self.gate.clock = None
         problems = self.integrity()
-        self.window = (self.perf_counter(), _thread_times()) if not msg.get("profile") else None
+        profiled_or_baseline = msg.get("profile") or self.adapter is None  # profiler threads; trusted code
+        self.window = None if profiled_or_baseline else (self.perf_counter(), _thread_times())
         launches = self.gate.take() if self.gate is not None else None
         reply = {"ms": ms, "host_ms": host_ms, "launches": launches, "l2_reset": l2_reset,
                  "threads_started": self.thread_starts.count - threads_started,
