@@ -9,7 +9,10 @@ import socket
 import subprocess
 import sys
 
-from metakernelbench.grader import child
+from pathlib import Path
+
+from metakernelbench.grader import channel, child
+from metakernelbench.grader.parent import file_hand_over
 from metakernelbench.suite import load_problem
 
 
@@ -23,7 +26,13 @@ def _eager_runner():
     return runner
 
 
-def test_the_collector_is_off_inside_a_timed_call_and_restored_after():
+def _request(seed: int, tmp: Path) -> dict:
+    """A call as the parent sends it: inputs the parent made, handed over by file."""
+    records, tensors = channel.input_records(load_problem("28").make_inputs(seed, "cpu", "cpu"))
+    return {"op": "call", **file_hand_over(records, tensors, tmp / "inputs.bin")}
+
+
+def test_the_collector_is_off_inside_a_timed_call_and_restored_after(tmp_path):
     runner = _eager_runner()
     reference, seen = runner.solve, []
 
@@ -33,11 +42,11 @@ def test_the_collector_is_off_inside_a_timed_call_and_restored_after():
 
     runner.solve = probe
     assert gc.isenabled()
-    runner.call({"seed": 1, "size": "cpu"})
+    runner.call(_request(1, tmp_path))
     assert seen == [False] and gc.isenabled()
     gc.disable()
     try:
-        runner.call({"seed": 2, "size": "cpu"})
+        runner.call(_request(2, tmp_path))
         assert seen == [False, False] and not gc.isenabled()  # a caller's choice is left as it was
     finally:
         gc.enable()

@@ -31,9 +31,11 @@ def serve(control: socket.socket, dsls: list[str]) -> None:
     import torch  # noqa: F401  (imported once here so children inherit it)
 
     from metakernelbench.dsl import get_adapter
+    from metakernelbench.dsl.rules import torch_namespaces
     from metakernelbench.grader import child
 
     child.prime()
+    torch_namespaces()  # the static rules' view of torch, computed once for every child
 
     for name in dsls:
         adapter = get_adapter(name)

@@ -285,15 +285,6 @@ class Grader:
                            failed_check="static_rules", reason=f"cannot read {path}: {exc.strerror}")
         base["file_sha256"] = hashlib.sha256(source.encode()).hexdigest()
         adapter = get_adapter(dsl)
-        if self.config.static_rules:
-            try:
-                violations = adapter.check_source(source, str(path))
-            except SyntaxError as exc:
-                violations = [f"syntax error at line {exc.lineno}: {exc.msg}"]
-            if violations:
-                return Verdict(**base, compiled=False, correct=False, passed=False, failed_check="static_rules",
-                               reason="; ".join(violations[:5]), checks={"static_rules": {"passed": False,
-                                                                                         "detail": violations}})
         state = {"draws": [], "checks": {}, "timings": {}, "compiled": False}
         session = None
         stdout = stderr = ""
@@ -304,6 +295,7 @@ class Grader:
                 "mode": "candidate", "dsl": dsl, "device": self.device, "candidate_path": str(path.resolve()),
                 "inplace": dict(problem.inplace), "outputs": list(problem.outputs),
                 "memory_limit_bytes": self.config.memory_limit_bytes, "no_exec": not adapter.spawns_programs,
+                "static_rules": self.config.static_rules,
             }, started + self.config.total_timeout_s)
             runtime = self._run_candidate(problem, session, state)
         except _Failure as exc:
@@ -345,6 +337,11 @@ class Grader:
         t0 = time.monotonic()
         ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
         state["timings"]["import"] = time.monotonic() - t0
+        if ready.get("violations"):
+            state["checks"]["static_rules"] = {"passed": False, "detail": ready["violations"]}
+            raise _Failure("static_rules", "; ".join(ready["violations"][:5]))
+        if cfg.static_rules:
+            state["checks"]["static_rules"] = {"passed": True, "detail": []}
         if ready.get("error"):
             raise _Failure("import", "importing the submission failed: " + ready["error"].strip().splitlines()[-1])
         isolation = ready.get("isolation", {})
