@@ -347,7 +347,8 @@ def test_honest_grading_reports_its_new_checks(grader, p28):
     assert v.numerics["matmul_allow_bf16_reduced_precision_reduction"] is False
     assert v.numerics["float32_matmul_precision"] == "highest"
     assert v.baseline["eager"]["numerics"] == v.numerics
-    assert v.checks["dsl_share"]["eager_ops"] == {} and v.checks["dsl_share"]["passed"]
+    assert v.checks["dsl_share"]["eager_ops"] == {} and v.checks["dsl_share"]["eager_share"] == 0
+    assert v.checks["dsl_share"]["passed"]
     assert 0 < v.runtime["kernel_ms"] < 1.5 * v.runtime["median_ms"], v.runtime
     assert v.checks["unpatched"]["passed"], v.checks["unpatched"]
 

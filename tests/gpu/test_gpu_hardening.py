@@ -65,7 +65,7 @@ def test_every_reference_passes_the_hardened_grader(grader, problem, dsl):
     verdict = grader.grade(problem, dsl, problem.graded_solution(dsl))
     assert verdict.passed, f"{verdict.failed_check}: {verdict.reason}\n{verdict.stderr_tail[-1500:]}"
     assert {d["inputs_transport"] for d in verdict.draws} == {"ipc"}
-    assert verdict.checks["dsl_share"]["eager_ops"] == {}
+    assert verdict.checks["dsl_share"]["eager_share"] <= CONFIG.max_eager_share
     assert 0 < verdict.runtime["kernel_ms"] <= verdict.runtime["median_ms"], verdict.runtime
     assert verdict.numerics["matmul_allow_tf32"] is False
 

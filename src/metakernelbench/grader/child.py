@@ -131,22 +131,35 @@ def _thread_times() -> dict[int, int]:
 
 
 class _EagerLog(TorchDispatchMode):
-    """Logs the ATen operators a call runs outside the glue allow-list. Operators inside a gated DSL launch are the
-    DSL's own where its adapter says its kernels compute with torch (a Python DSL); otherwise they count too."""
+    """Logs the ATen operators a call runs outside the glue allow-list, and how many tensor elements they read.
+    Operators inside a gated DSL launch are the DSL's own where its adapter says its kernels compute with torch (a
+    Python DSL); otherwise they count too."""
 
     def __init__(self, gate, launches_run_torch: bool) -> None:
         super().__init__()
         self.gate = gate
         self.launches_run_torch = launches_run_torch
         self.compute: collections.Counter = collections.Counter()
+        self.elements = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         inside = self.gate is not None and self.gate.inside
         if not (inside and self.launches_run_torch):
-            name = func.name()
             if not (func.namespace == "aten" and func.overloadpacket.__name__ in GLUE_OPS):
-                self.compute[name] += 1
+                self.compute[func.name()] += 1
+                self.elements += sum(a.numel() for a in _tensors((args, kwargs)))
         return func(*args, **(kwargs or {}))
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
 
 
 def prime() -> None:
@@ -488,6 +501,8 @@ class Runner:
             reply["dsl_ms"] = self._dsl_ms()
         if log is not None:
             reply["eager_ops"] = dict(log.compute.most_common(8))
+            reply["eager_elements"] = log.elements
+            reply["input_elements"] = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))
         if msg.get("profile"):
             reply["kernel_ms"] = kernel_ms if self.device_type == "cuda" else self._dsl_ms()
         self.last = {"inputs": inputs, "pristine": pristine, "outputs": outputs}

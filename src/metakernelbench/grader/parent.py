@@ -53,6 +53,8 @@ class GraderConfig:
     logged_calls: int = 5  # untimed calls under the dispatch logger, at random places among the timed ones
     kernel_calls: int = 3  # separate profiled calls (never timed ones) for the kernel-only device time
     min_dsl_share: float = 0.10
+    # Eager compute may read at most this many elements per input element in a call (sizes from lengths and such).
+    max_eager_share: float = 1 / 64
     baseline_processes: int = 3
     compile_baseline: bool | None = None
     static_rules: bool = True
@@ -467,25 +469,31 @@ class Grader:
         self._require_launch(reply)
         self._drop(session)
         if flag == "log_eager":
-            return {"eager_ops": reply.get("eager_ops") or {}}
+            return {"eager_ops": reply.get("eager_ops") or {},
+                    "eager_share": float(reply.get("eager_elements", 0)) / max(1, int(reply.get("input_elements", 1)))}
         return {"share": min(1.0, float(reply["dsl_ms"]) / float(reply["ms"])) if reply["ms"] > 0 else 0.0,
                 "eager_ops": {}}
 
     def _judge_dsl_share(self, shares: list[dict], state: dict) -> None:
-        """The DSL kernels must carry the work (threats 1, 24): the share calls ran under a dispatch logger, and any
-        compute operator of eager PyTorch outside the glue allow-list fails, whatever its timing; the time inside
-        DSL launches, bracketed by device events, must also be a real share of the call."""
+        """The DSL kernels must carry the work (threats 1, 24): the logged calls ran under a dispatch logger, and
+        compute operators of eager PyTorch outside the glue allow-list fail, whatever their timing, once they read
+        more than a sliver of the call's input elements (sizing an output from a few lengths is glue, not work); the
+        time inside DSL launches, bracketed by device events, must also be a real share of the call."""
         eager: collections.Counter = collections.Counter()
         for reading in shares:
             eager.update(reading["eager_ops"])
+        eager_share = max((r["eager_share"] for r in shares if "eager_share" in r), default=0.0)
         timed = [r["share"] for r in shares if "share" in r]
         share = statistics.median(timed) if timed else 1.0
-        passed = share >= self.config.min_dsl_share and not eager
+        too_eager = eager_share > self.config.max_eager_share
+        passed = share >= self.config.min_dsl_share and not too_eager
         state["checks"]["dsl_share"] = {"passed": passed, "share": share, "eager_ops": dict(eager),
+                                        "eager_share": eager_share,
                                         "detail": f"{share:.0%} of a call's time is inside DSL launches (minimum "
                                                   f"{self.config.min_dsl_share:.0%}); eager compute operators: "
-                                                  f"{', '.join(eager) or 'none'}"}
-        if eager:
+                                                  f"{', '.join(eager) or 'none'}, reading {eager_share:.2%} of the "
+                                                  f"inputs' elements (at most {self.config.max_eager_share:.2%})"}
+        if too_eager:
             raise _Failure("dsl_share", f"solve computed with eager PyTorch outside its DSL kernels "
                                         f"({', '.join(sorted(eager)[:5])}): only allocation, views and fills may "
                                         f"run outside the DSL")
