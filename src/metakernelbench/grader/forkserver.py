@@ -19,6 +19,7 @@ from metakernelbench.grader.sandbox import isolate_child, protect_this_process, 
 # spinning, so the child can demand that no thread runs between `solve` returning and the output report.
 IDLE_POOLS = {"OMP_WAIT_POLICY": "PASSIVE", "TVM_THREAD_POOL_SPIN_COUNT": "0"}
 
+
 def _tell(control: socket.socket, message: bytes) -> None:
     """Report to the grader; a grader that is gone (killed, say) leaves nothing to serve: exit without a traceback."""
     try:
