@@ -17,6 +17,12 @@ _WORDS = {16: (torch.int32, "int32", 4), 8: (torch.int32, "int32", 2), 4: (torch
           2: (torch.int16, "int16", 1), 1: (torch.uint8, "uint8", 1)}
 
 
+def _at(start, lanes):
+    """Index of a `lanes`-word vector at `start`: a ramp, or the scalar index itself for one word (TIRx has no
+    one-lane ramp)."""
+    return T.Ramp(start, 1, lanes) if lanes > 1 else start
+
+
 def _kernel(row, word, lanes, align, map_dtype):
     """row: words per block; lanes: words per vector of `align` bytes."""
     blocks = T.dynamic("blocks")
@@ -41,13 +47,13 @@ def _kernel(row, word, lanes, align, map_dtype):
         for i in T.unroll(_ITERS):
             c = first + i * _THREADS * lanes
             if c < row:
-                k[i * lanes : i * lanes + lanes] = src_k[src, T.Ramp(T.int64(c), 1, lanes)]
-                v[i * lanes : i * lanes + lanes] = src_v[src, T.Ramp(T.int64(c), 1, lanes)]
+                k[_at(i * lanes, lanes)] = src_k[src, _at(T.int64(c), lanes)]
+                v[_at(i * lanes, lanes)] = src_v[src, _at(T.int64(c), lanes)]
         for i in T.unroll(_ITERS):
             c = first + i * _THREADS * lanes
             if c < row:
-                dst_k[dst, T.Ramp(T.int64(c), 1, lanes)] = k[T.Ramp(i * lanes, 1, lanes)]
-                dst_v[dst, T.Ramp(T.int64(c), 1, lanes)] = v[T.Ramp(i * lanes, 1, lanes)]
+                dst_k[dst, _at(T.int64(c), lanes)] = k[_at(i * lanes, lanes)]
+                dst_v[dst, _at(T.int64(c), lanes)] = v[_at(i * lanes, lanes)]
 
     return block_copy
 

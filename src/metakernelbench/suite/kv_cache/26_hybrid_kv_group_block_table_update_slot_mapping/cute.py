@@ -77,6 +77,8 @@ class _BlockTables:
                             n = mStaged[g, w] * expansion
                             for e in cutlass.range(lane, n, 32):
                                 tables[g][r, start + e] = mIds[g, w, e // expansion] * expansion + e % expansion
+                            # A later write of the row may store the same entries from other lanes: order them.
+                            cute.arch.sync_warp()
                             count = start + n
         if warp < GROUPS:
             if lane == 0:

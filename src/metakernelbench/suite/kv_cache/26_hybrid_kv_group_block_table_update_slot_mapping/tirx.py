@@ -67,6 +67,7 @@ def _kernel():
                             if it * 32 + lane < n:
                                 e = it * 32 + lane
                                 block_table_0[r, start + e] = staged_ids[0, w, e // e0] * e0 + e % e0
+                        T.cuda.warp_sync()  # a later write of the row may store the same entries from other lanes
                         count[0] = start + n
                     if warp == 1:
                         start = T.if_then_else(overwrite[w] != T.uint8(0), 0, count[0])
@@ -75,6 +76,7 @@ def _kernel():
                             if it * 32 + lane < n:
                                 e = it * 32 + lane
                                 block_table_1[r, start + e] = staged_ids[1, w, e // e1] * e1 + e % e1
+                        T.cuda.warp_sync()  # a later write of the row may store the same entries from other lanes
                         count[0] = start + n
                     if warp == 2:
                         start = T.if_then_else(overwrite[w] != T.uint8(0), 0, count[0])
@@ -83,6 +85,7 @@ def _kernel():
                             if it * 32 + lane < n:
                                 e = it * 32 + lane
                                 block_table_2[r, start + e] = staged_ids[2, w, e // e2] * e2 + e % e2
+                        T.cuda.warp_sync()  # a later write of the row may store the same entries from other lanes
                         count[0] = start + n
         if warp < _GROUPS and lane == 0:
             num_blocks[warp, r] = count[0]
