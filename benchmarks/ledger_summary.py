@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def newest_kernel_rows(folder: Path) -> dict[tuple[str, str], dict]:
     rows = {}
-    for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
+    for path in sorted(folder.glob("*.json")):  # named by date: the newest file wins
         record = json.loads(path.read_text())
         for row in record["rows"]:
             rows[(row["problem"], row["solution"])] = row

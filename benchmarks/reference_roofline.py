@@ -40,8 +40,14 @@ def copy_bandwidth(device: str) -> float:
 
 
 def device_ms(fn, problem, device: str, size: str) -> tuple[float, float]:
-    """(median event time per call, mean kernel time per call from the profiler, the L2 flush excluded)."""
-    return time_calls(fn, [problem.make_inputs(seed, device, size) for seed in range(CALLS + 3)], device)
+    """(median event time per call, mean kernel time per call from the profiler, the L2 flush excluded). Fresh
+    inputs per call where a quarter of the free memory holds them all, else as many as fit, taken in turn (the flush
+    still empties L2 between calls)."""
+    first = problem.make_inputs(0, device, size)
+    draw_bytes = sum(t.numel() * t.element_size() for t in first if isinstance(t, torch.Tensor))
+    distinct = max(2, min(CALLS + 3, int(torch.cuda.mem_get_info()[0] / 4 // max(draw_bytes, 1))))
+    made = [first] + [problem.make_inputs(seed, device, size) for seed in range(1, distinct)]
+    return time_calls(fn, [made[i % distinct] for i in range(CALLS + 3)], device)
 
 
 def time_calls(fn, draws: list, device: str) -> tuple[float, float]:
@@ -96,6 +102,7 @@ def main() -> None:
         inputs = problem.make_inputs(0, device, size)
         outputs = problem.reference(*[t.clone() if isinstance(t, torch.Tensor) else t for t in inputs])
         moved = problem.bytes_moved(inputs, outputs)
+        del inputs, outputs
         candidates = [("eager", problem.module.reference)]
         for dsl in args.dsl.split(","):
             candidates.append((dsl, problem.load_solution(dsl).solve))
@@ -109,6 +116,13 @@ def main() -> None:
             print(f"{problem.id:42s} {label:6s} call {ms * 1e3:8.1f} us {row['fraction_of_copy_bandwidth']:6.1%}   "
                   f"kernels {kernel_ms * 1e3:8.1f} us {row['kernel_fraction_of_copy_bandwidth'] or 0:6.1%} "
                   "of measured copy bandwidth", flush=True)
+            if args.out:
+                _write(args.out, name, measured_bw, vendor_bw, rows)
+        torch.cuda.empty_cache()
+
+
+def _write(path: str, name: str, measured_bw: float, vendor_bw: float | None, rows: list) -> None:
+    """The record so far: rewritten after every row, so a run cut short keeps what it timed."""
     record = {"legend": {"device_ms": "median CUDA-event time of one call, calls queued back to back with fresh "
                                        "inputs and an L2 flush before each (host overhead overlapped where the "
                                        "GPU work outlasts it)",
@@ -117,9 +131,8 @@ def main() -> None:
                          "fraction_of_copy_bandwidth": "bytes_moved / device time / measured D2D copy bandwidth",
                          "fraction_of_vendor_bandwidth": "the same against the vendor's peak"},
               "gpu": name, "measured_copy_bandwidth": measured_bw, "vendor_bandwidth": vendor_bw, "rows": rows}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(record, f, indent=2)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=2)
 
 
 if __name__ == "__main__":

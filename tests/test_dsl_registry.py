@@ -68,3 +68,36 @@ def test_an_unknown_dsl_names_the_registered_ones():
 @pytest.mark.parametrize("dsl", ["cute", "tirx"])
 def test_adapters_know_their_distributions(dsl):
     assert set(get_adapter(dsl).versions()) == set(get_adapter(dsl).distributions)
+
+
+def test_tirx_finds_its_cuda_toolkit_before_the_child_may_not_start_programs(monkeypatch):
+    """TIRx's NVRTC build finds the CUDA headers by running `which nvcc` unless CUDA_PATH is set, and the graded
+    child may not start programs: the fork server's preload resolves it first."""
+    import shutil
+
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("no nvcc on PATH")
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    get_adapter("tirx").preload()
+    assert Path(os.environ["CUDA_PATH"], "bin", "nvcc").resolve() == Path(nvcc).resolve()
+
+
+def test_a_dsl_installed_outside_site_packages_with_its_native_runtime_beside_it(tmp_path):
+    """As on a GPU machine without a package registry: the DSL unpacked into a folder on PYTHONPATH, its native
+    runtime in a sibling folder of its Python package. Its lazy relative imports and that library are the DSL's,
+    not the submission's."""
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(FAKE, site)
+    with open("/proc/self/maps") as maps:
+        libm = next(line.split()[-1] for line in maps if "/libm.so" in line or "/libm-" in line)
+    (site / "fakedsl_runtime").mkdir()
+    shutil.copy(libm, site / "fakedsl_runtime" / "libruntime.so")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    graded = subprocess.run([sys.executable, "-m", "metakernelbench", "grade", "28", str(site / "rmsnorm_fake.py"),
+                             "--dsl", "fake", "--device", "cpu", "--json"], capture_output=True, text=True, env=env,
+                            timeout=600)
+    verdict = json.loads(graded.stdout)
+    assert verdict["passed"], (verdict["failed_check"], verdict["reason"])

@@ -65,6 +65,23 @@ def test_anchor_widens_whole_when_slices_would_change_the_reference():
     assert torch.equal(wide[0], _AcrossRows.reference(x.double(), w.double())[0])
 
 
+class _GatherOfRows:
+    """Problem 01's shape of trouble: the output's leading size also leads an index tensor whose values point at rows
+    anywhere in the data, so a cut of both cannot even be computed (the index runs past the cut)."""
+
+    @staticmethod
+    def reference(x, index):
+        return (x.float()[index] * 2).to(x.dtype),
+
+
+def test_anchor_widens_whole_when_a_cut_cannot_be_computed():
+    anchor = numerics.Anchor(_GatherOfRows, slice_above_bytes=0)
+    x, index = torch.randn(32, 8).bfloat16(), torch.arange(31, -1, -1)
+    lp, wide = anchor.references((x, index), "s", needs_fp64=True)
+    assert anchor.separable["s"] is False and anchor.slices_used == 1
+    assert torch.equal(wide[0], _GatherOfRows.reference(x.double(), index)[0])
+
+
 @pytest.mark.parametrize("variant", ["honest", "downgraded"])
 def test_chunked_comparison_equals_the_whole_one(monkeypatch, variant):
     problem = load_problem("28")

@@ -80,6 +80,23 @@ def test_audit_rejects_a_near_constant_problem(tmp_path):
     assert rows and not any(r.passed for r in rows) and "near-constant" in rows[0].reason
 
 
+@pytest.mark.parametrize("dtype,passes", [("torch.int64", True), ("torch.float32", False)])
+def test_few_distinct_values_fail_floats_only(tmp_path, dtype, passes):
+    """Upstream's problem 26 returns group ids (13 distinct values, most changing with the seed): fine for an index
+    or id; a float output quantised to 13 levels is near-constant in disguise."""
+    path = write_problem(tmp_path, f'''
+        """Thirteen levels."""
+        import torch
+        def make_inputs(seed, device, size):
+            return (torch.randint(0, 13, (4096,), generator=torch.Generator().manual_seed(seed)),)
+        def reference(x):
+            return (x * 3).to({dtype})
+    ''')
+    rows = audit_problem(load_problem(str(path)), "cpu")
+    assert rows and all(r.passed == passes for r in rows), rows
+    assert passes or "13 distinct values" in rows[0].reason
+
+
 def test_published_layout_loads_unchanged(tmp_path):
     folder = tmp_path / "suite"
     folder.mkdir()

@@ -1,6 +1,8 @@
 """Apache TVM TIRx (0.1.0a4): kernels are `@T.function`s compiled by `tvm_tirx.tirx.compile` into an Executable."""
 from __future__ import annotations
 
+import os
+
 from metakernelbench.dsl.adapter import Adapter
 from metakernelbench.dsl.gate import LaunchGate
 
@@ -65,6 +67,18 @@ class TirxAdapter(Adapter):
     extern_calls = frozenset({"call_extern", "call_pure_extern"})
     spawns_programs = False  # host kernels JIT in process (LLVM ORC), CUDA ones through NVRTC
     launches_run_torch = False
+
+    def preload(self) -> None:
+        """Also resolve the CUDA toolkit the NVRTC build reads its headers from, here in the fork server: left
+        unset, TIRx asks `which nvcc` from inside the child, which may not start programs."""
+        super().preload()
+        if "CUDA_PATH" not in os.environ:
+            from tvm_tirx.support.nvcc import find_cuda_path
+
+            try:
+                os.environ["CUDA_PATH"] = find_cuda_path()
+            except RuntimeError:
+                pass  # no toolkit: CUDA builds fail in the child with TIRx's own message
 
     def install_gate(self, gate: LaunchGate) -> None:
         from tvm_tirx.codegen.executable import Executable

@@ -216,6 +216,27 @@ def _trusted_dirs() -> tuple[str, ...]:
     return tuple(os.path.realpath(p) + os.sep for p in paths)
 
 
+def _install_dirs(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """The import-path entries the allowed packages are installed under: a DSL unpacked outside site-packages and put
+    on PYTHONPATH (a GPU machine without a package registry) is library code, and so are its dependencies and native
+    libraries beside it (every entry above the package counts: CuTe DSL's runtime sits beside its Python packages,
+    not below them). An entry holding the child's working folder, where the submission's files are, is never one."""
+    entries = [os.path.realpath(e) + os.sep for e in sys.path if e and os.path.isabs(e) and os.path.isdir(e)]
+    work = os.path.realpath(os.getcwd()) + os.sep
+    found = set()
+    for root in {r.split(".")[0] for r in roots}:
+        try:
+            spec = importlib.util.find_spec(root)
+        except (ImportError, ValueError):
+            continue
+        origin = spec and (spec.origin if spec.has_location else next(iter(spec.submodule_search_locations or []), None))
+        if not origin:
+            continue
+        origin = os.path.realpath(origin)
+        found.update(e for e in entries if origin.startswith(e) and not work.startswith(e))
+    return tuple(sorted(found))
+
+
 class _BlockedImports:
     """A meta-path finder that refuses the benchmark's own modules (its reference solutions, threat 21) and every
     kernel library other than the variant's DSL (`dsl.foreign_roots`), whatever route (import statement, importlib,
@@ -357,7 +378,9 @@ class Runner:
         module_name = "submission"
         spec = importlib.util.spec_from_file_location(module_name, self.job["candidate_path"])
         module = importlib.util.module_from_spec(spec)
-        guard = _ImportGuard(vars(module), self.adapter.allowed_roots + COMMON_IMPORTS, self.trusted)
+        allowed = self.adapter.allowed_roots + COMMON_IMPORTS
+        self.trusted += _install_dirs(allowed)
+        guard = _ImportGuard(vars(module), allowed, self.trusted)
         builtins.__import__ = guard
         for name in [m for m in sys.modules if m == "metakernelbench" or m.startswith("metakernelbench.suite.")]:
             sys.modules.pop(name)

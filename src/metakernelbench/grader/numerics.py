@@ -113,8 +113,11 @@ class Anchor:
         step = max(1, min(self._step(inputs, rows), rows // 2))
         parts = []
         for begin in range(0, rows, step):
-            part = self.problem.reference(*self._cut(inputs, rows, begin, begin + step, lambda t: t.clone()
-                                                     if isinstance(t, torch.Tensor) else t))
+            try:
+                part = self.problem.reference(*self._cut(inputs, rows, begin, begin + step, lambda t: t.clone()
+                                                         if isinstance(t, torch.Tensor) else t))
+            except Exception:  # cut along a dimension its reference does not map row to row: not separable
+                return False
             if len(part) != len(lp) or any(not isinstance(p, torch.Tensor) or p.shape[0] != min(step, rows - begin)
                                            for p in part):
                 return False

@@ -8,10 +8,12 @@ to the ledger folder; the ledger is the union of its files.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import platform
 import re
 import subprocess
+import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import torch
 from metakernelbench.dsl import get_adapter
 from metakernelbench.dsl.adapter import CompileJob
 from metakernelbench.grader.parent import Grader, GraderConfig, device_name
+from metakernelbench.grader.verdict import Verdict
 from metakernelbench.suite import Problem
 
 LEDGER_LEGEND = {
@@ -135,7 +138,13 @@ def grade_references(variants: list[tuple[Problem, str]], device: str, record: P
     records = []
     with Grader(GraderConfig(device=device, compile_baseline=compile_baseline, preload_dsls=dsls)) as grader:
         for problem, dsl in variants:
-            verdict = grader.grade(problem, dsl, problem.graded_solution(dsl))
+            try:
+                verdict = grader.grade(problem, dsl, problem.graded_solution(dsl))
+            except Exception:  # a fault of the grader's own: recorded as this variant's failure, the others go on
+                graded = problem.graded_solution(dsl).read_bytes()
+                verdict = Verdict(problem=problem.id, dsl=dsl, device=device, file_sha256=hashlib.sha256(graded)
+                                  .hexdigest(), compiled=False, correct=False, passed=False, failed_check="grader",
+                                  reason=f"the grader itself failed: {traceback.format_exc(limit=-3)}")
             row = LedgerRecord(
                 problem=problem.id, dsl=dsl, sha256=verdict.file_sha256, gpu=gpu, versions=versions(device, dsl),
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -48,6 +48,7 @@ def audit_problem(problem: Problem, device: str = "cpu", seeds: tuple[int, int] 
                                        f"the reference returns inputs as outputs {returned}, but the problem's "
                                        f"in-place outputs are {problem.inplace}: declare INPLACE to match"))
         for name, a, b in zip(names, runs[0], runs[1]):
+            floating = a.dtype.is_floating_point
             a, b = _as_comparable(a), _as_comparable(b)
             changed = float((a != b).double().mean()) if a.shape == b.shape else 1.0
             flat = a.flatten()
@@ -57,7 +58,8 @@ def audit_problem(problem: Problem, device: str = "cpu", seeds: tuple[int, int] 
             reasons = []
             if changed < MIN_CHANGED_FRACTION:
                 reasons.append(f"only {changed:.1%} of elements change with the seed")
-            if distinct < min(MIN_DISTINCT_VALUES, flat.numel() // 2):
+            # few distinct values is what an index, a mask or a group id has: integers answer to the change rule
+            if floating and distinct < min(MIN_DISTINCT_VALUES, flat.numel() // 2):
                 reasons.append(f"only {distinct} distinct values")
             if spread < MIN_RELATIVE_SPREAD:
                 reasons.append(f"near-constant (std/max {spread:.2g})")
