@@ -2,16 +2,18 @@
 
 What grows with the suite is timed per unit: the compile check of each graded reference (in CI's one process per
 DSL, with an empty CuTe DSL cache as on a fresh machine), the spec and seed audit of each problem, and the ledger
-check of each variant. Everything else in the test suite is timed once and taken as fixed. Installing the packages
-is not timed here: pass CI's install time (`--install-s`, the seconds `.ci/run` spends before pytest starts).
+check of each variant, and the tests parametrized by a problem (their ids name it). Everything else in the test suite
+is timed once and taken as fixed. Installing the packages is not timed here: pass CI's install time (`--install-s`,
+the seconds `.ci/run` prints as "installed after N s" before pytest starts).
 
-    python benchmarks/ci_phases.py --install-s 150 --problems 77 --dsls 2 --out validation/ci-phases.json
+    python benchmarks/ci_phases.py --install-s 89 --problems 77 --dsls 2 --out validation/ci-phases.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,13 +56,20 @@ def ledger_phase(variants) -> dict:
     return {"wall_s": wall, "per_variant_s": wall / len(variants)}
 
 
-def rest_phase() -> dict:
-    """The rest of the test suite, as CI runs it (the audit and ledger tests included: their per-unit share is
-    subtracted when extrapolating)."""
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+def rest_phase(problems) -> dict:
+    """The rest of the test suite, as CI runs it, with every test's duration: those parametrized by a problem of the
+    suite (their ids name it) grow with it and are reported apart from the fixed remainder."""
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", "--durations-min=0"]
     args += [f"--ignore={t}" for t in PER_VARIANT_TESTS]
     done, wall = timed(lambda: subprocess.run(args, cwd=ROOT, capture_output=True, text=True))
-    return {"wall_s": wall, "summary": (done.stdout.strip().splitlines() or [""])[-1]}
+    names = [p.name for p in problems] + [f"{p.number:02d}-" for p in problems] + [p.id for p in problems]
+    per_problem = 0.0
+    for line in done.stdout.splitlines():
+        found = re.match(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S+)", line)
+        if found and "[" in found.group(2) and any(n in found.group(2).split("[", 1)[1] for n in names):
+            per_problem += float(found.group(1))
+    summary = next((line for line in reversed(done.stdout.splitlines()) if " passed" in line or " failed" in line), "")
+    return {"wall_s": wall, "summary": summary, "per_problem_tests_s": per_problem}
 
 
 def main() -> None:
@@ -78,16 +87,18 @@ def main() -> None:
     problems = load_suite()
     variants = [(p, d) for p in problems for d in dsl_names() if p.solution_path(d).is_file()]
     phases = {"compile": compile_phase(variants), "audit": audit_phase(problems), "ledger": ledger_phase(variants),
-              "rest": rest_phase()}
+              "rest": rest_phase(problems)}
     now = {"problems": len(problems), "variants": len(variants)}
+    scaled_tests = phases["rest"]["per_problem_tests_s"]
     fixed = (args.install_s + phases["rest"]["wall_s"] - phases["audit"]["wall_s"] - phases["ledger"]["wall_s"]
-             + phases["compile"]["startup_s"])
+             - scaled_tests + phases["compile"]["startup_s"])
     variants_then = args.problems * args.dsls
     # The DSLs compile side by side (two cores), so the slowest DSL's per-variant cost sets the pace.
     compile_then = max(phases["compile"]["per_variant_s"].values()) * args.problems
     then = {"fixed_s": fixed, "compile_s": compile_then,
             "audit_s": phases["audit"]["per_problem_s"] * args.problems,
-            "ledger_s": phases["ledger"]["per_variant_s"] * variants_then}
+            "ledger_s": phases["ledger"]["per_variant_s"] * variants_then,
+            "per_problem_tests_s": scaled_tests / len(variants) * variants_then}
     then["total_s"] = sum(then.values())
     record = {"legend": {"phases": "measured now, wall seconds (compile per_variant_s: mean per graded reference)",
                          "now": "the suite measured", "extrapolated": f"CI for {args.problems} problems x "
