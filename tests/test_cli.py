@@ -32,6 +32,7 @@ def test_task_statements_differ_only_in_the_dsl_section():
 
 def test_user_errors_are_one_line_with_nonzero_exit(tmp_path):
     cases = [("show", "no_such_problem"), ("grade", "28", str(tmp_path / "missing.py"), "--dsl", "tirx"),
+             ("grade", "28", str(tmp_path), "--dsl", "tirx"),
              ("grade", "28", str(HONEST), "--dsl", "cuda"), ("list", "--suite", str(tmp_path / "nowhere")),
              ("grade", "28", str(HONEST), "--dsl", "tirx", "--device", "cuda")]
     for args in cases:

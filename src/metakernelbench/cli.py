@@ -134,6 +134,8 @@ def grade(problem: str, file: Path, dsl: str = typer.Option(..., help="The varia
 
     (p,) = _problems(suite, problem)
     _dsls(dsl)
+    if file.is_dir():
+        _fail(f"{file} is a folder: pass the submission's .py file")
     if not file.is_file():
         _fail(f"submission file {file} does not exist")
     with Grader(GraderConfig(device=_device(device))) as grader:
