@@ -86,12 +86,12 @@ def test_a_killed_lane_regrades_its_submission_once_on_a_fresh_grader():
 
 def test_a_hung_lane_is_replaced_and_a_grader_that_always_dies_fails_only_its_submission(tmp_path):
     problem, log = load_problem("75"), tmp_path / "log.jsonl"
-    lanes = fake_lanes(["cpu"], functools.partial(TroubledGrader, log=str(log)), hard_timeout_s=3.0,
+    lanes = fake_lanes(["cpu"], functools.partial(TroubledGrader, log=str(log)), hard_timeout_s=2.0,
                        max_attempts=2)
     with lanes:
         started, pid = time.monotonic(), lanes.stats()[0].pid
         hung = lanes.grade(problem, "tirx", tmp_path / "hang.py")
-        assert hung.compiled and time.monotonic() - started >= 3.0  # the stand-in's verdict, from a fresh worker
+        assert hung.compiled and time.monotonic() - started >= 2.0  # the stand-in's verdict, from a fresh worker
         assert [row[-1] for row in log_entries(log)] == ["hang.py"] and lanes.stats()[0].restarts == 1
         assert lanes.stats()[0].pid != pid and not alive(pid)
         died = lanes.grade(problem, "tirx", tmp_path / "die.py")
