@@ -173,6 +173,7 @@ class Lanes(ABC):
         return [s.lane.info if s.lane is not None else s.info for s in self._slots]
 
     def stats(self) -> list[LaneStats]:
+        """Each lane's counters now, for progress and benchmarks."""
         return [LaneStats(s.index, info.label, info.device, info.cpus, info.host, info.pid, s.graded, s.busy_s,
                           s.restarts, s.grading) for s, info in zip(self._slots, self.lanes())]
 

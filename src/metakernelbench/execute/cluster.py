@@ -54,7 +54,7 @@ class _RayLane:
 
     def __init__(self, actor_class, args: tuple, start_timeout_s: float) -> None:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayError
 
         self._ray = ray
         self.actor = actor_class.remote(*args)
@@ -63,11 +63,11 @@ class _RayLane:
         except GetTimeoutError:
             ray.kill(self.actor)
             raise LaneLost(f"no lane actor started within {start_timeout_s:.0f} s (is a GPU free?)")
-        except RayActorError as exc:
+        except RayError as exc:
             raise LaneLost(f"the lane actor failed to start: {_last_line(exc)}")
 
     def grade(self, job: GradingJob, timeout_s: float) -> Verdict:
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayError, RayTaskError
 
         ref = self.actor.grade.remote(job)
         ready, _ = self._ray.wait([ref], timeout=timeout_s)
@@ -75,7 +75,9 @@ class _RayLane:
             raise LaneLost(f"the lane actor on {self.info.host} gave no verdict within {timeout_s:.0f} s")
         try:
             return self._ray.get(ref)
-        except RayActorError as exc:
+        except RayTaskError:
+            raise  # the grader's own error (also an instance of its class), as on a local lane
+        except RayError as exc:  # the actor died: killed, its grader crashed, out of memory, its node gone
             raise LaneLost(f"the lane actor on {self.info.host} died ({_last_line(exc)})")
 
     def stop(self, graceful: bool) -> None:
@@ -104,8 +106,8 @@ class RayLanes(Lanes):
             raise LaneFailed(RAY_MISSING) from None
         self._ray = ray
         try:
-            if address == "local":
-                ray.init(num_gpus=local_gpus, include_dashboard=False, logging_level=logging.ERROR)
+            if address == "local":  # always a new cluster, even where one is running
+                ray.init(address="local", num_gpus=local_gpus, include_dashboard=False, logging_level=logging.ERROR)
             else:
                 ray.init(address=address, logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as exc:
