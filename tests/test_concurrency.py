@@ -1,5 +1,6 @@
 """Concurrent runs: trials overlap while each grading lane grades one job at a time, phases stay ordered, a failing
 trial stops the run cleanly and a rerun finishes it; GradingLanes spreads jobs over its lanes and grades for real."""
+import functools
 import threading
 import time
 from collections import Counter
@@ -15,6 +16,8 @@ from metakernelbench.grader import GraderConfig
 from metakernelbench.protocol import Budget, plan
 from metakernelbench.protocol.runner import SetupFailed, execute
 from metakernelbench.store import Store
+
+from lane_fakes import BrokenGrader, SleepyGrader, fake_lanes, log_entries
 
 HONEST = Path(__file__).parent / "adversarial" / "honest_rmsnorm.py"
 RMSNORM = "mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b"
@@ -32,30 +35,13 @@ class SlowClient:
         return Reply(text, 10, 5, 0, None, self.latency, "slow")
 
 
-class SleepyGrader:
-    """A lane's stand-in grader: sleeps, and logs (device, thread, start, end) of every job into a shared list."""
-
-    def __init__(self, config, log, seconds=0.05):
-        self.device, self.log, self.seconds = config.device, log, seconds
-
-    def grade(self, problem, dsl, path):
-        start = time.monotonic()
-        time.sleep(self.seconds)
-        self.log.append((self.device, threading.current_thread().name, start, time.monotonic(), Path(path).name))
-
-        class V:
-            def to_dict(self):
-                return {"passed": False, "compiled": True, "correct": False, "failed_check": "correctness",
-                        "reason": "wrong", "runtime": {}, "roofline": {}, "stderr_tail": ""}
-
-        return V()
-
-    def close(self):
-        pass
-
-
-def lanes_for(devices, log, seconds=0.05):
-    return GradingLanes(devices, GraderConfig(), make_grader=lambda config: SleepyGrader(config, log, seconds))
+@pytest.fixture(scope="module")
+def sleepy(tmp_path_factory):
+    """Two lanes of stand-in graders (0.05 s a job), shared by the tests that only need lanes to exist, with the
+    log their jobs write."""
+    log = tmp_path_factory.mktemp("lanes") / "log.jsonl"
+    with fake_lanes(["cpu", "cpu"], functools.partial(SleepyGrader, log=str(log))) as lanes:
+        yield lanes, log
 
 
 class Recorder:
@@ -86,42 +72,41 @@ def new_store(tmp_path):
     return store
 
 
-def test_trials_overlap_while_each_lane_grades_one_job_at_a_time(tmp_path, suite):
-    store, log, rec = new_store(tmp_path), [], Recorder(lambda spec: SlowClient(0.2))
+def test_trials_overlap_while_each_lane_grades_one_job_at_a_time(tmp_path, suite, sleepy):
+    (lanes, log), store, rec = sleepy, new_store(tmp_path), Recorder(lambda spec: SlowClient(0.2))
     specs = plan("r", "m", [RMSNORM], ["cute", "tirx"], ["solo"], replicates=4, budget=Budget(submissions=2),
                  solo_control=False)
     started = time.monotonic()
-    with lanes_for(["fake:0", "fake:1"], log) as lanes:
-        execute(store, specs, {p.id: p for p in suite}, rec.make_client, lanes, {}, rec.on_trial, concurrency=4)
+    execute(store, specs, {p.id: p for p in suite}, rec.make_client, lanes, {}, rec.on_trial, concurrency=4)
     elapsed = time.monotonic() - started
     # 8 trials x (3 answers x 0.2 s + 2 gradings x 0.05 s) = 5.6 s one after another; 4 at once take ~1.4 s
     assert rec.peak == 4 and elapsed < 3.0, (rec.peak, elapsed)
     rows = store.trials("r")
     assert len(rows) == 8 and all(t.status == "finished" and t.attempts == 1 for t in rows)
     assert set(rec.outcomes) == {t.trial_id for t in rows} and set(rec.outcomes.values()) == {1}
-    assert len(log) == 16 and {device for device, *_ in log} == {"fake:0", "fake:1"}
-    for lane in ("fake:0", "fake:1"):
-        jobs = sorted((start, end, thread) for device, thread, start, end, _ in log if device == lane)
-        assert len({thread for *_, thread in jobs}) == 1  # one worker thread per lane
-        assert all(prev[1] <= nxt[0] for prev, nxt in zip(jobs, jobs[1:])), f"{lane} graded two jobs at once"
+    jobs = log_entries(log, since=started)
+    lane_pids = {lane.pid for lane in lanes.stats()}
+    assert len(jobs) == 16 and {pid for _, pid, *_ in jobs} == lane_pids and len(lane_pids) == 2
+    for lane in lane_pids:
+        spans = sorted((start, end) for _, pid, start, end, _ in jobs if pid == lane)
+        assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:])), f"lane {lane} graded two jobs at once"
 
 
-def test_phase_two_starts_only_after_every_phase_one_trial_ended(tmp_path, suite):
-    store, log = new_store(tmp_path), []
+def test_phase_two_starts_only_after_every_phase_one_trial_ended(tmp_path, suite, sleepy):
+    store, (lanes, _) = new_store(tmp_path), sleepy
     # Solo trials of uneven length: an early finisher must not let a skill trial start while others still run.
     rec = Recorder(lambda spec: SlowClient(0.05 + 0.1 * spec.replicate))
     specs = plan("r", "m", [RMSNORM], ["cute", "tirx"], ["solo", "skill"], replicates=3, budget=Budget(submissions=1),
                  solo_control=False)
-    with lanes_for(["cpu"], log, seconds=0.01) as lanes:
-        execute(store, specs, {p.id: p for p in suite}, rec.make_client, lanes, {}, rec.on_trial, concurrency=4)
+    execute(store, specs, {p.id: p for p in suite}, rec.make_client, lanes, {}, rec.on_trial, concurrency=4)
     phase1 = [rec.ended[s.trial_id] for s in specs if s.phase == 1]
     phase2 = [rec.started[s.trial_id] for s in specs if s.phase == 2]
     assert len(phase1) == len(phase2) == 6 and max(phase1) <= min(phase2)
     assert all(t.status == "finished" for t in store.trials("r"))
 
 
-def test_a_failing_trial_stops_the_run_and_a_rerun_finishes_the_rest(tmp_path, suite):
-    store, log = new_store(tmp_path), []
+def test_a_failing_trial_stops_the_run_and_a_rerun_finishes_the_rest(tmp_path, suite, sleepy):
+    store, (lanes, _) = new_store(tmp_path), sleepy
     specs = plan("r", "m", [RMSNORM], ["cute", "tirx"], ["solo"], replicates=3, budget=Budget(submissions=1),
                  solo_control=False)
     calls, bad = [], []
@@ -138,10 +123,9 @@ def test_a_failing_trial_stops_the_run_and_a_rerun_finishes_the_rest(tmp_path, s
         return SlowClient(0.3)
 
     outcomes = Counter()
-    with lanes_for(["cpu"], log, seconds=0.01) as lanes:
-        with pytest.raises(SetupFailed, match="agent_error.*invalid API key"):
-            execute(store, specs, {p.id: p for p in suite}, make_client, lanes, {},
-                    lambda spec, outcome: outcomes.update([spec.trial_id]), concurrency=2)
+    with pytest.raises(SetupFailed, match="agent_error.*invalid API key"):
+        execute(store, specs, {p.id: p for p in suite}, make_client, lanes, {},
+                lambda spec, outcome: outcomes.update([spec.trial_id]), concurrency=2)
     statuses = Counter(t.status for t in store.trials("r"))
     # the trial in flight when the key failed ran to its end; nothing new started; the failed one is no result
     assert statuses == {"finished": 1, "agent_error": 1, "pending": 4} and len(calls) == 2
@@ -149,9 +133,8 @@ def test_a_failing_trial_stops_the_run_and_a_rerun_finishes_the_rest(tmp_path, s
     assert store.trial(bad[0]).status == "agent_error" and "invalid API key" in store.trial(bad[0]).error
     outcomes.pop(bad[0])  # reported as agent_error, not as a result
 
-    with lanes_for(["cpu"], log, seconds=0.01) as lanes:
-        execute(store, specs, {p.id: p for p in suite}, lambda spec, problem: SlowClient(0.01), lanes, {},
-                lambda spec, outcome: outcomes.update([spec.trial_id]), concurrency=2)
+    execute(store, specs, {p.id: p for p in suite}, lambda spec, problem: SlowClient(0.01), lanes, {},
+            lambda spec, outcome: outcomes.update([spec.trial_id]), concurrency=2)
     rows = {t.trial_id: t for t in store.trials("r")}
     assert all(t.status == "finished" for t in rows.values()) and set(outcomes.values()) == {1}
     assert rows[first.trial_id].attempts == 1 and rows[bad[0]].attempts == 2  # never redone; restarted once
@@ -176,31 +159,26 @@ def test_one_store_shared_by_threads_keeps_every_row(tmp_path):
     assert all(t.status == "finished" and len(store.submissions(t.trial_id)) == 50 for t in store.trials("r"))
 
 
-def test_lanes_spread_jobs_and_hand_each_caller_its_own_verdict(tmp_path, suite):
-    log = []
-    problem = next(p for p in suite if p.id == RMSNORM)
-    with lanes_for(["fake:0", "fake:1"], log, seconds=0.05) as lanes:
-        with ThreadPoolExecutor(8) as pool:
-            names = [f"job_{i}.py" for i in range(8)]
-            list(pool.map(lambda name: lanes.grade(problem, "tirx", tmp_path / name), names))
-    per_lane = Counter(device for device, *_ in log)
-    assert sorted(name for *_, name in log) == names and set(per_lane) == {"fake:0", "fake:1"}
+def test_lanes_spread_jobs_and_hand_each_caller_its_own_verdict(tmp_path, suite, sleepy):
+    (lanes, log), problem = sleepy, next(p for p in suite if p.id == RMSNORM)
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        names = [f"job_{i}.py" for i in range(8)]
+        verdicts = list(pool.map(lambda name: lanes.grade(problem, "tirx", tmp_path / name), names))
+    jobs = log_entries(log, since=started)
+    assert sorted(name for *_, name in jobs) == names and len({pid for _, pid, *_ in jobs}) == 2
+    assert all(v.problem == problem.id and not v.passed for v in verdicts)
 
-    class Broken(SleepyGrader):
-        def grade(self, problem, dsl, path):
-            if Path(path).name == "boom.py":
-                raise RuntimeError("fork server failed to start")
-            return super().grade(problem, dsl, path)
-
-    lanes = GradingLanes(["fake:0"], GraderConfig(), make_grader=lambda config: Broken(config, log))
+    lanes = fake_lanes(["cpu"], functools.partial(BrokenGrader, log=str(log)))
     with pytest.raises(RuntimeError, match="fork server"):
         lanes.grade(problem, "tirx", tmp_path / "boom.py")
-    assert lanes.grade(problem, "tirx", tmp_path / "fine.py").to_dict()["compiled"]  # the lane survived
+    assert lanes.grade(problem, "tirx", tmp_path / "fine.py").compiled  # the lane survived
+    assert lanes.stats()[0].restarts == 0
     lanes.close()
     with pytest.raises(LanesClosed):
         lanes.grade(problem, "tirx", tmp_path / "late.py")
     with pytest.raises(ValueError, match="one lane"):
-        GradingLanes(["cuda:0", "cuda:0"], GraderConfig())
+        GradingLanes(["cuda:0", "cuda"], GraderConfig())
 
 
 def test_a_real_cpu_lane_passes_an_honest_submission(suite):

@@ -1,4 +1,5 @@
-"""A real `mkb run` killed with SIGKILL mid-run resumes on rerun: no finished trial redone, none lost or duplicated."""
+"""A real `mkb run` (two CPU lanes) killed with SIGKILL mid-run resumes on rerun: no finished trial redone, none lost
+or duplicated."""
 import os
 import signal
 import sqlite3
@@ -21,7 +22,7 @@ def _replay_dir(tmp_path: Path) -> Path:
 
 def _mkb_run(replay: Path, db: Path) -> subprocess.Popen:
     args = [sys.executable, "-m", "metakernelbench", "run", "--model", f"replay:{replay}",
-            "--problems", "28", "--dsls", "cute,tirx", "--arms", "solo,skill", "--device", "cpu", "--db", str(db)]
+            "--problems", "28", "--dsls", "cute,tirx", "--arms", "solo,skill", "--device", "cpu,cpu", "--db", str(db)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -76,8 +77,8 @@ def _children_of(pid: int) -> list[int]:
 
 
 def test_a_grader_orphaned_by_sigkill_exits_quietly(tmp_path):
-    """SIGKILL of `mkb run` alone, while a submission is being graded: the orphaned fork server and its child finish
-    or leave without printing a traceback into the user's terminal."""
+    """SIGKILL of `mkb run` alone, while a submission is being graded: its lane's worker dies with it, and the
+    orphaned fork server and its child finish or leave without printing a traceback into the user's terminal."""
     db, errors = tmp_path / "run.sqlite", tmp_path / "stderr.txt"
     with errors.open("w") as stderr:
         run = subprocess.Popen([sys.executable, "-m", "metakernelbench", "run", "--model", "reference", "--dsls",
@@ -86,7 +87,9 @@ def test_a_grader_orphaned_by_sigkill_exits_quietly(tmp_path):
     deadline, server = time.monotonic() + 120, None
     while time.monotonic() < deadline and server is None:
         time.sleep(0.2)
-        servers = [c for c in _children_of(run.pid) if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        lanes = _children_of(run.pid)  # grading lane workers; each runs its grader's fork server
+        servers = [c for lane in lanes for c in _children_of(lane)
+                   if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
         server = next((s for s in servers if _children_of(s)), None)  # a submission is being graded
     assert server is not None, "no submission was graded within two minutes"
     os.kill(run.pid, signal.SIGKILL)

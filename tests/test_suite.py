@@ -1,11 +1,14 @@
 """The suite loads in both layouts, problems honour their contract, and the audit catches constant outputs."""
+import tempfile
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
 from metakernelbench.suite import ProblemError, load_problem, load_suite
 from metakernelbench.suite.audit import audit_problem
+from metakernelbench.suite.bundle import bundle_source
 
 
 def test_the_suite_covers_every_family_with_upstream_numbers(suite):
@@ -175,3 +178,12 @@ def test_the_whole_suite_passes_the_spec_and_work_checks(suite):
     from metakernelbench.suite.spec import check_work
 
     assert [f for p in suite for f in check_work(p)] == []
+
+
+def test_trial_threads_bundling_one_reference_at_once_all_get_it(tmp_path, monkeypatch):
+    """Two replicates of a variant start together in one process, and each bundles the same reference."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    problem = load_problem("28")
+    with ThreadPoolExecutor(8) as pool:
+        paths = list(pool.map(lambda _: problem.graded_solution("cute"), range(8)))
+    assert len(set(paths)) == 1 and paths[0].read_text() == bundle_source(problem.solution_path("cute"))

@@ -296,7 +296,14 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
         db: Path = typer.Option(Path("results/mkb.sqlite"), help="The results store (SQLite)."),
         run_id: str = typer.Option("main", help="Name of the run inside the store; rerun it to resume."),
         device: Optional[str] = typer.Option(
-            None, help="Grading devices, one lane each: cuda:0,cuda:1 or cpu (default: every visible GPU, else cpu)."),
+            None, help="Grading devices, one lane each: cuda:0,cuda:1 or cpu, or cpu,cpu for two CPU lanes on half "
+                       "the CPUs each (default: every visible GPU, else cpu). With --executor ray: cuda (each lane on "
+                       "the GPU Ray gives it) or cpu (its node's CPU; with --address local, cpu,cpu declares 2 GPUs)."),
+        executor: str = typer.Option("local", help="Where grading runs: local (lanes on this machine) or ray (a lane "
+                                                   "per GPU of a Ray cluster; the `ray` extra)."),
+        address: Optional[str] = typer.Option(None, help="--executor ray: auto (the cluster this machine joined with "
+                                                         "`ray start`; the default), local (a new one here) or "
+                                                         "HOST:PORT."),
         concurrency: int = typer.Option(4, help="Trials in flight at once (they mostly wait on the model)."),
         dry_run: bool = typer.Option(False, help="Print the plan, its worst-case tokens, cost and wall time, and exit."),
         suite: Optional[Path] = SuiteOption) -> None:
@@ -357,7 +364,15 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
             _fail(str(exc))
     label = agent.label if agent else model
     offline = model == "reference" or model.startswith("replay:")
-    on_cpu = not offline and not dry_run and _require_gpu_or_cpu_consent(device, dsls)
+    if executor not in ("local", "ray"):
+        _fail(f"unknown --executor '{executor}': choose local or ray")
+    if address is not None and executor != "ray":
+        _fail("--address is for --executor ray: add --executor ray, or drop --address")
+    if executor == "ray" and not _ray_devices(device, address):
+        _fail(f"--device {device} with --executor ray: pass cuda (each lane grades on the GPU Ray gives it) or "
+              "cpu; cpu,cpu (one lane per entry) only with --address local, whose cluster declares that many GPUs")
+    on_cluster_gpus = executor == "ray" and not _cpu_lanes(device)
+    on_cpu = not offline and not dry_run and not on_cluster_gpus and _require_gpu_or_cpu_consent(device, dsls)
     try:
         specs = plan(run_id, label, [p.id for p in chosen], dsl_list, [a.strip() for a in arms.split(",")],
                      replicates, budget, seed, solo_control, regrades)
@@ -388,60 +403,110 @@ def run(model: str = typer.Option(..., help="openai:MODEL, anthropic:MODEL, repl
                              max_retries=2))
         except ClientError as exc:
             _fail(f"preflight: {exc}")
-    from metakernelbench.execute import GradingLanes, local_devices
+    from metakernelbench.execute import LaneFailed
     from metakernelbench.grader import GraderConfig
-    from metakernelbench.grader.validation import environment
 
-    devices = [_device(d.strip()) for d in device.split(",") if d.strip()] if device else local_devices()
-    if len(set(devices)) != len(devices):
-        _fail(f"--device {device} names a device twice: give each GPU one grading lane")
     config = {"model": label, "problems": [p.id for p in chosen], "dsls": dsl_list, "arms": arms,
               "replicates": replicates, "solo_control": solo_control, "budget": budget.__dict__,
               "sampling": sampling.__dict__, "seed": seed, "base_url": base_url, "regrades": regrades}
     by_id = {p.id: p for p in chosen}
     hashes = fingerprints(specs, by_id)
+    lanes = _open_lanes(executor, address, device, GraderConfig(preload_dsls=tuple(dsl_list)))
     try:
-        store = Store(db)
-        store.ensure_run(run_id, config, {**environment(devices[0]), "grading_devices": devices,
-                                          "agent_env": list(env_keys)})
-    except StoreError as exc:
-        _fail(str(exc))
-    stale = stale_trials(store.trials(run_id), specs, hashes)
-    if stale and not replan:
-        store.close()
-        first = next(s for s in specs if s.trial_id == stale[0])
-        _fail(f"run '{run_id}' in {db} has {len(stale)} finished trials whose task changed since they ran (first: "
-              f"{first.problem} [{first.dsl}] {first.arm}): pass --replan to redo them, or a new --run-id")
-    if stale:
-        store.replan({t: hashes[t] for t in stale})
-        console.print(f"replanned {len(stale)} trials whose task changed", highlight=False)
+        lane_info = lanes.lanes()
+        try:
+            store = Store(db)
+            store.ensure_run(run_id, config, {**_lanes_environment(executor, lane_info), "agent_env": list(env_keys)})
+        except StoreError as exc:
+            _fail(str(exc))
+        stale = stale_trials(store.trials(run_id), specs, hashes)
+        if stale and not replan:
+            store.close()
+            first = next(s for s in specs if s.trial_id == stale[0])
+            _fail(f"run '{run_id}' in {db} has {len(stale)} finished trials whose task changed since they ran "
+                  f"(first: {first.problem} [{first.dsl}] {first.arm}): pass --replan to redo them, or a new --run-id")
+        if stale:
+            store.replan({t: hashes[t] for t in stale})
+            console.print(f"replanned {len(stale)} trials whose task changed", highlight=False)
 
-    def client_for(spec, problem):
-        if agent is not None:
-            return agent  # run_command_trial's "client" is the agent
-        if model == "reference":
-            return ReferenceClient(problem, spec.dsl, sampling)
-        return make_client(model, sampling, base_url=base_url, prices=price_table)
+        def client_for(spec, problem):
+            if agent is not None:
+                return agent  # run_command_trial's "client" is the agent
+            if model == "reference":
+                return ReferenceClient(problem, spec.dsl, sampling)
+            return make_client(model, sampling, base_url=base_url, prices=price_table)
 
-    progress = _RunProgress(store, specs)
+        progress = _RunProgress(store, specs)
 
-    def report(spec, outcome):
-        mark = outcome if isinstance(outcome, str) else ("pass" if outcome.passed else "fail")
-        progress.trial_ended(spec, f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: {mark}")
+        def report(spec, outcome):
+            mark = outcome if isinstance(outcome, str) else ("pass" if outcome.passed else "fail")
+            progress.trial_ended(spec, f"{spec.trial_id} {spec.problem} [{spec.dsl}] {spec.arm} r{spec.replicate}: "
+                                       f"{mark}")
 
-    run_trial = run_chat_trial if agent is None else functools.partial(run_command_trial, prices=price_table)
-    console.print(f"grading lanes: {', '.join(devices)}; up to {concurrency} trials in flight", highlight=False)
-    try:
-        with GradingLanes(devices, GraderConfig(preload_dsls=tuple(dsl_list))) as lanes, progress:
-            execute(store, specs, by_id, client_for, lanes, sampling.__dict__, on_trial=report,
-                    concurrency=concurrency, run_trial=run_trial, task_hashes=hashes, max_cost_usd=max_cost)
-    except (SetupFailed, CostSpent) as exc:
-        store.close()
-        _print_status(db, run_id)
-        _fail(str(exc), 3 if isinstance(exc, CostSpent) else 2)
+        run_trial = run_chat_trial if agent is None else functools.partial(run_command_trial, prices=price_table)
+        where = ", ".join(f"{lane.label} on {lane.host} (CPUs {_cpu_ranges(lane.cpus)})" for lane in lane_info)
+        console.print(f"grading lanes ({executor}): {where}; up to {concurrency} trials in flight", highlight=False)
+        try:
+            with progress:
+                execute(store, specs, by_id, client_for, lanes, sampling.__dict__, on_trial=report,
+                        concurrency=concurrency, run_trial=run_trial, task_hashes=hashes, max_cost_usd=max_cost)
+        except (SetupFailed, CostSpent) as exc:
+            store.close()
+            _print_status(db, run_id)
+            _fail(str(exc), 3 if isinstance(exc, CostSpent) else 2)
+        except LaneFailed as exc:
+            _fail(f"{exc}; the trials it held are pending again: rerun the same command to resume")
+        finally:
+            store.close()
     finally:
-        store.close()
+        lanes.close()
     _print_status(db, run_id)
+
+
+def _lanes_environment(executor: str, lanes) -> dict:
+    """Where the run grades, for its record: the first lane's machine and versions, and every lane's place."""
+    return {**lanes[0].environment, "executor": executor, "grading_devices": [lane.label for lane in lanes],
+            "grading_lanes": [{"label": lane.label, "device": lane.device, "host": lane.host, "cpus": list(lane.cpus)}
+                              for lane in lanes]}
+
+
+def _cpu_lanes(device: Optional[str]) -> bool:
+    return device is not None and {d.strip() for d in device.split(",") if d.strip()} == {"cpu"}
+
+
+def _ray_devices(device: Optional[str], address: Optional[str]) -> bool:
+    """With Ray a lane grades on the GPU Ray gives it (cuda, the default) or on its node's CPU (cpu); only a local
+    cluster, which declares its GPUs itself, takes a count (cpu,cpu)."""
+    entries = [d.strip() for d in device.split(",") if d.strip()] if device else []
+    return entries in ([], ["cuda"]) or (_cpu_lanes(device) and (len(entries) == 1 or address == "local"))
+
+
+def _cpu_ranges(cpus) -> str:
+    """0-3,8 for (0, 1, 2, 3, 8)."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][-1] + 1:
+            runs[-1].append(cpu)
+        else:
+            runs.append([cpu])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def _open_lanes(executor: str, address: Optional[str], device: Optional[str], config):
+    """The run's grading lanes, started: on this machine, one per device, or on a Ray cluster, one per GPU (the
+    --device values were checked for Ray before anything started)."""
+    from metakernelbench.execute import GradingLanes, LaneFailed, local_devices
+
+    entries = [d.strip() for d in device.split(",") if d.strip()] if device else []
+    try:
+        if executor == "local":
+            return GradingLanes([_device(d) for d in entries] or local_devices(), config)
+        from metakernelbench.execute.cluster import RayLanes
+
+        on_cpu = _cpu_lanes(device)
+        return RayLanes(address or "auto", config, on_cpu=on_cpu, local_gpus=len(entries) if on_cpu else None)
+    except (LaneFailed, ValueError) as exc:
+        _fail(str(exc))
 
 
 def _require_gpu_or_cpu_consent(device: Optional[str], dsls: Optional[str]) -> bool:
@@ -451,7 +516,7 @@ def _require_gpu_or_cpu_consent(device: Optional[str], dsls: Optional[str]) -> b
 
     if torch.cuda.is_available():
         return False
-    if device != "cpu" or dsls is None or [d.strip() for d in dsls.split(",") if d.strip()] != ["tirx"]:
+    if not _cpu_lanes(device) or dsls is None or [d.strip() for d in dsls.split(",") if d.strip()] != ["tirx"]:
         _fail("no GPU here: a real model's trials would be graded on the CPU, where CuTe DSL cannot run; pass "
               "--device cpu --dsls tirx to run them there anyway")
     return True
@@ -645,8 +710,8 @@ def demo(problems: Optional[str] = typer.Option(None, help="Comma-separated prob
     run(model="reference", problems=problems, families=None, dsls=None, arms="solo,skill,placebo", replicates=1,
         solo_control=True, submissions=10, turns=None, output_tokens=None, wall_s=2400.0, temperature=None,
         max_output_tokens=None, reasoning_effort=None, base_url=None, agent_env="", regrades=regrades, prices=None,
-        max_cost=None, replan=False, seed=0, db=db, run_id="demo", device=device, concurrency=concurrency,
-        dry_run=False, suite=None)
+        max_cost=None, replan=False, seed=0, db=db, run_id="demo", device=device, executor="local", address=None,
+        concurrency=concurrency, dry_run=False, suite=None)
     store = Store(db)
     text = summarise(store, "demo")
     store.close()

@@ -45,7 +45,7 @@ def execute(store: Store, specs: list[TrialSpec], problems: dict, make_client: C
     `run_trial(spec, client, grader, problem, store, skill)` runs it: a chat model's loop by default, or
     `agent.command.run_command_trial` with the agent as the client;
     `grader.grade` and `on_trial(spec, outcome)` are called from the trial threads, so with `concurrency` > 1 both
-    must be thread-safe (`execute.GradingLanes` is). `task_hashes` (trial id to task fingerprint) is recorded with
+    must be thread-safe (`execute.Lanes` are). `task_hashes` (trial id to task fingerprint) is recorded with
     each trial it starts. The first trial that raises stops new trials from starting; its error re-raises here once
     the trials in flight have ended (SetupFailed for agent_error trials). With `max_cost_usd`, no trial starts once
     the run's trials have cost that much (CostSpent). An interrupt of this call itself (Ctrl-C) starts nothing more

@@ -11,6 +11,7 @@ import ast
 import hashlib
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,7 +185,7 @@ def bundled_file(path: Path) -> Path:
     target = Path(tempfile.gettempdir()) / "mkb-bundles" / digest[:20] / f"{path.parent.name}-{path.name}"
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.part")
+        partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")  # trial threads race here
         partial.write_text(text)
         partial.replace(target)
     return target
