@@ -131,10 +131,17 @@ def _resolve(module: str, names: set[str], kits: dict[str, _Kit], where: str) ->
     return imports, definitions
 
 
+_PARSER = threading.Lock()  # CPython 3.11's ast module is not safe to drive from several threads at once
+
+
 def bundle_source(path: Path) -> str:
     """The graded file for the reference solution at `path`: its kit imports replaced, at the first of them, by the
     imports and definitions they name."""
-    path = Path(path)
+    with _PARSER:
+        return _bundle(Path(path))
+
+
+def _bundle(path: Path) -> str:
     source = path.read_text()
     tree = ast.parse(source, str(path))
     lines = source.splitlines(keepends=True)
