@@ -8,7 +8,6 @@ to the ledger folder; the ledger is the union of its files.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import platform
 import re
@@ -141,9 +140,8 @@ def grade_references(variants: list[tuple[Problem, str]], device: str, record: P
             try:
                 verdict = grader.grade(problem, dsl, problem.graded_solution(dsl))
             except Exception:  # a fault of the grader's own: recorded as this variant's failure, the others go on
-                graded = problem.graded_solution(dsl).read_bytes()
-                verdict = Verdict(problem=problem.id, dsl=dsl, device=device, file_sha256=hashlib.sha256(graded)
-                                  .hexdigest(), compiled=False, correct=False, passed=False, failed_check="grader",
+                verdict = Verdict(problem=problem.id, dsl=dsl, device=device, file_sha256=problem.solution_sha256(dsl),
+                                  compiled=False, correct=False, passed=False, failed_check="grader",
                                   reason=f"the grader itself failed: {traceback.format_exc(limit=-3)}")
             row = LedgerRecord(
                 problem=problem.id, dsl=dsl, sha256=verdict.file_sha256, gpu=gpu, versions=versions(device, dsl),
