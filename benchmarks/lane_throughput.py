@@ -66,7 +66,8 @@ def main() -> None:
               f"{60 * graded / wall:6.2f} /min, busy {busy / wall:5.1%}", flush=True)
     failed = [f"{v.problem} [{v.dsl}]: {v.failed_check}: {v.reason}" for v in verdicts if not v.passed]
     summary = {"devices": devices, "device_name": name, "lanes": len(devices),
-               "gradings": len(jobs), "passed": len(jobs) - len(failed), "wall_s": round(wall, 2), "warm_up_s": round(warm_up, 2),
+               "gradings": len(jobs), "passed": len(jobs) - len(failed), "wall_s": round(wall, 2),
+               "warm_up_s": round(warm_up, 2),
                "gradings_per_min": round(60 * len(jobs) / wall, 2),
                "batch": [f"{p.id} [{dsl}]" for p, dsl in batch], "rounds": args.rounds,
                "host_cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()}

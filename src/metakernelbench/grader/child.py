@@ -229,7 +229,8 @@ def _install_dirs(roots: tuple[str, ...]) -> tuple[str, ...]:
             spec = importlib.util.find_spec(root)
         except (ImportError, ValueError):
             continue
-        origin = spec and (spec.origin if spec.has_location else next(iter(spec.submodule_search_locations or []), None))
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        origin = spec and (spec.origin if spec.has_location else next(iter(locations), None))
         if not origin:
             continue
         origin = os.path.realpath(origin)
