@@ -2,14 +2,17 @@
 the CUDA event timer out of the submission's reach, jiterator shut in the child, the kernel-only device time, the
 fp64 anchor's memory bound, and every CuTe and TIRx reference still passing. Skipped without a CUDA device; run on the
 H200 with `python -m pytest -q tests/gpu/test_gpu_hardening.py`."""
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from metakernelbench.dsl import dsl_names
 from metakernelbench.grader import Grader, GraderConfig, compare, numerics
-from metakernelbench.grader.cuda_ipc import DeviceBuffer, import_copies
+from metakernelbench.grader.cuda_ipc import DeviceBuffer
 from metakernelbench.suite import load_problem, load_suite
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -93,9 +96,30 @@ def test_row24_jiterator_is_refused(grader, unguarded, tmp_path):
     assert runtime.failed_check == "import" and "another kernel language" in runtime.reason, runtime.reason
 
 
+IMPORT_IN_ANOTHER_PROCESS = """
+import json, sys
+import torch
+from metakernelbench.grader.cuda_ipc import import_copies
+torch.zeros(1, device="cuda")  # the driver API below needs an initialised driver and context, as the parent has
+records = json.loads(sys.stdin.read())
+sums = [int(t.view(torch.uint8).sum()) for t in import_copies(records, "cuda:0")]
+try:
+    import_copies([dict(records[0], offset=1 << 40)], "cuda:0")
+    past = "accepted"
+except ValueError as exc:
+    past = str(exc)
+print(json.dumps({"sums": sums, "past": past}))
+"""
+
+
+def _byte_sum(tensor: torch.Tensor) -> int:
+    return int(tensor.contiguous().view(torch.uint8).sum())
+
+
 def test_input_buffer_is_its_own_allocation():
     """The child maps only the inputs: the buffer's IPC handle covers one dedicated allocation, never a caching
-    allocator segment that could also hold the parent's references."""
+    allocator segment that could also hold the parent's references. The driver opens a handle only in another
+    process, as the child is."""
     buffer = DeviceBuffer("cuda:0")
     try:
         reference = torch.full((1 << 20,), 7.0, device="cuda")  # a parent tensor the child must never see
@@ -103,10 +127,12 @@ def test_input_buffer_is_its_own_allocation():
         records = buffer.records(inputs)
         assert {r["handle"] for r in records} == {buffer.handle}
         assert not (buffer.pointer <= reference.data_ptr() < buffer.pointer + buffer.size)
-        copies = import_copies(records, "cuda:0")
-        assert all(torch.equal(a, b) for a, b in zip(copies, inputs))
-        with pytest.raises(ValueError, match="runs past"):
-            import_copies([dict(records[0], offset=buffer.size)], "cuda:0")
+        child = subprocess.run([sys.executable, "-c", IMPORT_IN_ANOTHER_PROCESS], input=json.dumps(records),
+                               capture_output=True, text=True, timeout=120)
+        assert child.returncode == 0, child.stderr[-2000:]
+        got = json.loads(child.stdout.strip().splitlines()[-1])
+        assert got["sums"] == [_byte_sum(t) for t in inputs]
+        assert "runs past" in got["past"], got["past"]
     finally:
         buffer.close()
 

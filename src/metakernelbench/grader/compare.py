@@ -66,29 +66,35 @@ def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64) -> Ou
     numel = math.prod(shape)
     if numel == 0:
         return OutputCheck(name, "float", True, 0.0, 0.0)
-    nonfinite = sum(int((~torch.isfinite(g)).sum()) for _, g in _chunks(got))
-    if nonfinite:
-        return OutputCheck(name, "float", False, float("inf"), 0.0, f"{nonfinite} non-finite values (NaN/Inf)")
+    # Every statistic stays on the device until one read at the end: a host sync per piece costs more than the
+    # arithmetic on a GPU (a sliced anchor has dozens of pieces per output).
+    counts = torch.stack([
+        sum((~torch.isfinite(g)).sum() for _, g in _chunks(got)).to(torch.float64),
+        sum(lp.pow(2).sum() for _, lp in _chunks(ref_lp)),
+    ]).tolist()
+    if counts[0]:
+        return OutputCheck(name, "float", False, float("inf"), 0.0, f"{int(counts[0])} non-finite values (NaN/Inf)")
     # The output's scale from the low-precision reference (within its rounding of the fp64 one's), so the fp64
     # anchor is read once.
     eps = _eps(got.dtype)
-    typical = (sum(float(lp.pow(2).sum()) for _, lp in _chunks(ref_lp)) / numel) ** 0.5
-    square_sum = 0.0
+    typical = (counts[1] / numel) ** 0.5
     got_flat, lp_flat = got.reshape(-1), ref_lp.reshape(-1)
-    worst, worst_at, worst_ref, lp_worst = -1.0, 0, 0.0, 0.0
-    err_sq = lp_sq = 0.0
+    stats = []
     for start, r in _pieces(ref64):
         g = got_flat[start:start + r.numel()].to(torch.float64)
         lp = lp_flat[start:start + r.numel()].to(torch.float64)
         scale = r.abs() + typical
         err = (g - r).abs() / scale
-        at = int(err.argmax())
-        if float(err[at]) > worst:
-            worst, worst_at, worst_ref = float(err[at]), start + at, float(r[at])
-        lp_worst = max(lp_worst, float(((lp - r).abs() / scale).max()))
-        err_sq += float((g - r).pow(2).sum())
-        lp_sq += float((lp - r).pow(2).sum())
-        square_sum += float(r.pow(2).sum())
+        at = err.argmax()
+        stats.append(torch.stack([err[at], at.to(torch.float64) + start, r[at], ((lp - r).abs() / scale).max(),
+                                  (g - r).pow(2).sum(), (lp - r).pow(2).sum(), r.pow(2).sum()]))
+    rows = torch.stack(stats).tolist()
+    worst, worst_at, worst_ref = -1.0, 0, 0.0
+    for piece_worst, at, ref_at, *_ in rows:
+        if piece_worst > worst:
+            worst, worst_at, worst_ref = piece_worst, int(at), ref_at
+    lp_worst = max(row[3] for row in rows)
+    err_sq, lp_sq, square_sum = (sum(row[k] for row in rows) for k in (4, 5, 6))
     budget = BUDGET_FACTOR * max(lp_worst, FLOOR_FACTOR * eps)
     if worst > budget:
         idx, rest = [], worst_at
