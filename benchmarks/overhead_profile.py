@@ -1,5 +1,6 @@
 """Where one honest grading's overhead goes: grade a reference once to warm the grader, then again under cProfile,
-and print the verdict's timings, the wall time of each kind of request to the child, and the parent's hot spots.
+and print the verdict's timings, the wall time of each kind of request to the child, the child's set-up phases up to
+its ready report, and the parent's hot spots.
 GPU or CPU; trusted code (it wraps the grader's request method to time it).
 
     python benchmarks/overhead_profile.py cute mlp_norm/28_fused_add_rmsnorm_h4096_llama31_8b
@@ -21,10 +22,15 @@ def main() -> None:
     per_request = collections.defaultdict(lambda: [0, 0.0])
     request = parent._Session.request
 
+    ready = {}
+
     def timed(session, message, *args, **kwargs):
         started = time.monotonic()
         try:
-            return request(session, message, *args, **kwargs)
+            reply = request(session, message, *args, **kwargs)
+            if not message:
+                ready.update(reply.get("setup_s", {}), import_submission=reply.get("import_s"))
+            return reply
         finally:
             kind = message.get("op", "ready") + "".join(f"+{f}" for f in ("ghost", "profile") if message.get(f))
             per_request[kind][0] += 1
@@ -41,6 +47,7 @@ def main() -> None:
             profile.disable()
             print(dsl, verdict.passed, {k: round(v, 3) for k, v in verdict.timings_s.items()})
             print({k: (n, round(s, 3)) for k, (n, s) in sorted(per_request.items(), key=lambda kv: -kv[1][1])})
+            print("child set-up", {k: round(v, 3) for k, v in ready.items() if v is not None})
             stats = pstats.Stats(profile)
             stats.sort_stats("cumulative").print_stats(35)
             stats.sort_stats("tottime").print_stats(15)

@@ -39,7 +39,7 @@ def test_anchor_slices_a_row_separable_reference_and_matches_the_full_widen():
     small = numerics.Anchor(problem)
     small.references(inputs, "cpu", needs_fp64=True)
     assert small.slices_used == 1, "a widen this small is done whole"
-    anchor = numerics.Anchor(problem, slice_above_bytes=0)
+    anchor = numerics.Anchor(problem, slice_above_bytes=0, slice_floor_bytes=0)
     lp, wide = anchor.references(inputs, "cpu", needs_fp64=True)
     assert anchor.separable["cpu"] and anchor.slices_used > 1
     full = problem.reference(*[numerics.widen(t) for t in inputs])
@@ -58,7 +58,7 @@ class _AcrossRows:
 
 
 def test_anchor_widens_whole_when_slices_would_change_the_reference():
-    anchor = numerics.Anchor(_AcrossRows, slice_above_bytes=0)
+    anchor = numerics.Anchor(_AcrossRows, slice_above_bytes=0, slice_floor_bytes=0)
     x, w = torch.randn(64, 32).bfloat16(), torch.randn(32).bfloat16()
     lp, wide = anchor.references((x, w), "s", needs_fp64=True)
     assert anchor.separable["s"] is False and anchor.slices_used == 1
@@ -75,7 +75,7 @@ class _GatherOfRows:
 
 
 def test_anchor_widens_whole_when_a_cut_cannot_be_computed():
-    anchor = numerics.Anchor(_GatherOfRows, slice_above_bytes=0)
+    anchor = numerics.Anchor(_GatherOfRows, slice_above_bytes=0, slice_floor_bytes=0)
     x, index = torch.randn(32, 8).bfloat16(), torch.arange(31, -1, -1)
     lp, wide = anchor.references((x, index), "s", needs_fp64=True)
     assert anchor.separable["s"] is False and anchor.slices_used == 1
@@ -93,7 +93,8 @@ def test_chunked_comparison_equals_the_whole_one(monkeypatch, variant):
     monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 997)
     chunked = compare.check_float("y", got, lp[0], wide[0])
     assert chunked.passed == whole.passed == (variant == "honest")
-    assert chunked.error == pytest.approx(whole.error, rel=1e-12) and chunked.budget == pytest.approx(whole.budget)
+    # fp32 sums of squares (the rms scale) in other orders: equal to fp32 rounding, far inside any budget
+    assert chunked.error == pytest.approx(whole.error, rel=1e-6) and chunked.budget == pytest.approx(whole.budget)
 
 
 def test_inputs_cross_with_their_python_scalars():

@@ -604,21 +604,42 @@ def _error_text(exc: BaseException) -> str:
 
 
 def steady_host(device: str) -> dict:
-    """Before CUDA starts in this process: pin it to one CPU (lane i takes the i-th from the end of the allowed set,
-    so lanes do not share) and make CUDA synchronisation spin. The official time of a call includes its host path;
+    """Pin this process to one CPU (lane i takes the i-th from the end of the allowed set, so lanes do not share) and
+    make CUDA synchronisation spin (before CUDA starts here). The official time of a call includes its host path;
     without these, the same reference's median moved 1.9-2.4x between fresh processes on the H200, with them (and
     the collector off while timed) 1.05-1.2x (benchmarks/timing_noise.py). Returns what was set, for the verdict."""
-    target = torch.device(device)
-    if target.type != "cuda":
+    if torch.device(device).type != "cuda":
         return {}
-    index = target.index or 0
+    return {**_pin(device), "cuda_schedule": cuda_ipc.spin_when_synchronising(torch.device(device).index or 0)}
+
+
+def _pin(device: str) -> dict:
+    """Every thread of this process (CUDA's own included, where it started already) onto the lane's CPU."""
+    index = torch.device(device).index or 0
     allowed = sorted(os.sched_getaffinity(0))
     cpu = allowed[-1 - index % len(allowed)]
     try:
         os.sched_setaffinity(0, {cpu})
     except OSError:
-        cpu = None
-    return {"cpu": cpu, "cuda_schedule": cuda_ipc.spin_when_synchronising(index)}
+        return {"cpu": None}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except OSError:
+            pass  # the thread ended meanwhile
+    return {"cpu": cpu}
+
+
+def prepare(device: str) -> dict:
+    """What a child needs before any job is known, done ahead in a spare child (while another child imports and
+    compiles): the spinning synchronisation and the device's context, about 0.18 s of CUDA start on the H200. Not
+    the pinning: a spare pinned to the lane's CPU would take it from the child being graded (`serve` pins)."""
+    if torch.device(device).type != "cuda":
+        return {}
+    schedule = cuda_ipc.spin_when_synchronising(torch.device(device).index or 0)
+    torch.cuda.set_device(torch.device(device).index or 0)
+    torch.zeros(1, device=device)
+    return {"cuda_schedule": schedule}
 
 
 def static_violations(job: dict) -> list[str]:
@@ -636,23 +657,36 @@ def static_violations(job: dict) -> list[str]:
         return [f"syntax error at line {exc.lineno}: {exc.msg}"]
 
 
-def serve(sock: socket.socket, job: dict) -> None:
-    """Answer the parent's requests until it says finish; every reply echoes its request's nonce."""
+def serve(sock: socket.socket, job: dict, host: dict | None = None) -> None:
+    """Answer the parent's requests until it says finish; every reply echoes its request's nonce. `host` is what
+    `prepare` returned where a spare child did it ahead."""
+    clock = time.perf_counter
+    setup_s = {"isolate": job.get("isolate_s", 0.0)}
+    started = clock()
     if job.get("static_rules") and job.get("mode") == "candidate":
         violations = static_violations(job)
         if violations:
             channel.send(sock, {"op": "ready", "nonce": job["nonce"], "violations": violations})
             return
+    setup_s["static_rules"] = clock() - started
     try:
-        host = steady_host(job["device"])
+        started = clock()
+        prepared = prepare(job["device"]) if host is None else host
+        host = {**_pin(job["device"]), **prepared} if prepared else {}
         runner = Runner(sock, job)
+        setup_s["device"] = clock() - started
+        started = clock()
         info = runner.load()
+        setup_s["load"] = clock() - started
     except BaseException as exc:  # the submission failed to import: report, never raise
         channel.send(sock, {"op": "ready", "nonce": job["nonce"], "error": _error_text(exc)})
         return
+    started = clock()
+    problems = runner.integrity(native=True)
+    setup_s["integrity"] = clock() - started
     channel.send(sock, {"op": "ready", "nonce": job["nonce"], "python_threads": threading.active_count(),
-                        "isolation": job.get("isolation", {}), "host": host,
-                        "integrity_problems": runner.integrity(native=True), **info})
+                        "isolation": job.get("isolation", {}), "host": host, "integrity_problems": problems,
+                        "setup_s": setup_s, **info})
     while True:
         msg = channel.recv(sock)
         op, nonce = msg.get("op"), msg.get("nonce")

@@ -4,7 +4,8 @@ Float rule: each element's error against an fp64 reference, measured relative to
 reference's root mean square: tiny elements are judged on the output's own scale, not exempted), may be at most BUDGET_FACTOR times the worst such
 error of the low-precision reference, floored at FLOOR_FACTOR·eps of the output dtype (so a reference that happens
 to be exact does not demand bit-exactness). The L2 norm of the error obeys the same factor, which catches wholesale
-precision downgrades that stay under the elementwise bound.
+precision downgrades that stay under the elementwise bound. The check's own arithmetic is fp32 for 16-bit outputs and
+fp64 otherwise: at least 2^16 times finer than the rounding it judges.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 BUDGET_FACTOR = 8.0
 FLOOR_FACTOR = 0.5  # half an ulp: the largest error of a correctly rounded result
-CHUNK_ELEMENTS = 1 << 22  # 32 MiB of fp64 per operand and chunk
+CHUNK_ELEMENTS = 1 << 24  # 128 MiB of fp64 (64 MiB of fp32) per operand and chunk: few launches, bounded memory
 
 
 @dataclass(frozen=True)
@@ -43,18 +44,28 @@ def _structure(name: str, got: torch.Tensor, want: torch.Tensor, rule: str) -> O
     return None
 
 
-def _chunks(tensor: torch.Tensor):
-    """(flat offset, fp64 chunk) of a tensor, CHUNK_ELEMENTS at a time: a check's extra memory stays a few chunks,
-    never several fp64 copies of a whole output."""
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The arithmetic of a check: fp32 for 16-bit outputs (2^16 times finer than their rounding, half the bytes of
+    fp64), fp64 for wider ones."""
+    return torch.float32 if dtype.itemsize <= 2 else torch.float64
+
+
+def _chunks(tensor: torch.Tensor, dtype: torch.dtype = torch.float64):
+    """(flat offset, chunk in `dtype`) of a tensor, CHUNK_ELEMENTS at a time: a check's extra memory stays a few
+    chunks, never several wide copies of a whole output."""
     flat = tensor.reshape(-1)
     for start in range(0, flat.numel(), CHUNK_ELEMENTS):
-        yield start, flat[start:start + CHUNK_ELEMENTS].to(torch.float64)
+        yield start, flat[start:start + CHUNK_ELEMENTS].to(dtype)
 
 
-def _pieces(ref64):
-    """The fp64 reference in flat pieces: a whole tensor chunked, or an anchor computed slice by slice (`pieces()`),
-    never held whole."""
-    return _chunks(ref64) if isinstance(ref64, torch.Tensor) else ref64.pieces()
+def _pieces(ref64, dtype: torch.dtype):
+    """The fp64 reference in flat pieces of `dtype`: a whole tensor chunked, or an anchor computed slice by slice
+    (`pieces()`), never held whole."""
+    if isinstance(ref64, torch.Tensor):
+        yield from _chunks(ref64, dtype)
+        return
+    for start, piece in ref64.pieces():
+        yield start, piece.to(dtype)
 
 
 def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64) -> OutputCheck:
@@ -66,33 +77,31 @@ def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64) -> Ou
     numel = math.prod(shape)
     if numel == 0:
         return OutputCheck(name, "float", True, 0.0, 0.0)
-    # Every statistic stays on the device until one read at the end: a host sync per piece costs more than the
-    # arithmetic on a GPU (a sliced anchor has dozens of pieces per output).
-    counts = torch.stack([
-        sum((~torch.isfinite(g)).sum() for _, g in _chunks(got)).to(torch.float64),
-        sum(lp.pow(2).sum() for _, lp in _chunks(ref_lp)),
-    ]).tolist()
-    if counts[0]:
-        return OutputCheck(name, "float", False, float("inf"), 0.0, f"{int(counts[0])} non-finite values (NaN/Inf)")
+    work, eps = _work_dtype(got.dtype), _eps(got.dtype)
     # The output's scale from the low-precision reference (within its rounding of the fp64 one's), so the fp64
-    # anchor is read once.
-    eps = _eps(got.dtype)
-    typical = (counts[1] / numel) ** 0.5
+    # anchor is read once. Every statistic stays on the device until one read at the end: a host sync per piece
+    # costs more than the arithmetic on a GPU (a sliced anchor has dozens of pieces per output).
+    typical = (float(sum(torch.dot(c, c).double() for _, c in _chunks(ref_lp, work))) / numel) ** 0.5
     got_flat, lp_flat = got.reshape(-1), ref_lp.reshape(-1)
     stats = []
-    for start, r in _pieces(ref64):
-        g = got_flat[start:start + r.numel()].to(torch.float64)
-        lp = lp_flat[start:start + r.numel()].to(torch.float64)
-        scale = r.abs() + typical
-        err = (g - r).abs() / scale
-        at = err.argmax()
-        stats.append(torch.stack([err[at], at.to(torch.float64) + start, r[at], ((lp - r).abs() / scale).max(),
-                                  (g - r).pow(2).sum(), (lp - r).pow(2).sum(), r.pow(2).sum()]))
+    for start, r in _pieces(ref64, work):
+        end = start + r.numel()
+        g, lp = got_flat[start:end].to(work, copy=True), lp_flat[start:end].to(work, copy=True)
+        scale = r.abs().add_(typical)
+        g.sub_(r)
+        lp.sub_(r)
+        sums = (torch.dot(g, g), torch.dot(lp, lp), torch.dot(r, r))
+        worst, at = g.abs_().div_(scale).max(0)  # NaN propagates: a non-finite output makes its piece's worst NaN
+        stats.append(torch.stack([t.double() for t in (worst, at + start, r[at], lp.abs_().div_(scale).max(),
+                                                       *sums)]))
     rows = torch.stack(stats).tolist()
-    worst, worst_at, worst_ref = -1.0, 0, 0.0
-    for piece_worst, at, ref_at, *_ in rows:
-        if piece_worst > worst:
-            worst, worst_at, worst_ref = piece_worst, int(at), ref_at
+    worst, worst_at, worst_ref = max(rows, key=lambda row: (math.isnan(row[0]), row[0]))[:3]
+    if not math.isfinite(worst):
+        count = sum(int((~torch.isfinite(c)).sum()) for _, c in _chunks(got, work))
+        reason = (f"{count} non-finite values (NaN/Inf)" if count else
+                  "the error is not finite where the fp64 reference is not")
+        return OutputCheck(name, "float", False, float("inf"), 0.0, reason)
+    worst_at = int(worst_at)
     lp_worst = max(row[3] for row in rows)
     err_sq, lp_sq, square_sum = (sum(row[k] for row in rows) for k in (4, 5, 6))
     budget = BUDGET_FACTOR * max(lp_worst, FLOOR_FACTOR * eps)

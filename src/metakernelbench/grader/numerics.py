@@ -14,10 +14,12 @@ import math
 
 import torch
 
-# Each slice's widened inputs are at most this share of the inputs' own bytes; below SLICE_ABOVE_BYTES of widened
-# inputs a whole widen fits anywhere and slicing would only cost time.
+# Each slice's widened inputs are at most this share of the inputs' own bytes, or SLICE_FLOOR_BYTES where that is
+# more (smaller slices only multiply the reference's calls); below SLICE_ABOVE_BYTES of widened inputs a whole widen
+# fits on any GPU a full-size draw fits on, and slicing would only cost time.
 SLICE_SHARE = 0.25
-SLICE_ABOVE_BYTES = 64 << 20
+SLICE_FLOOR_BYTES = 1 << 30
+SLICE_ABOVE_BYTES = 2 << 30
 
 
 def pin() -> dict:
@@ -54,9 +56,11 @@ def _tensor_bytes(values) -> int:
 class Anchor:
     """Computes one problem's references at one size; remembers whether its reference is row-separable."""
 
-    def __init__(self, problem, slice_above_bytes: int = SLICE_ABOVE_BYTES) -> None:
+    def __init__(self, problem, slice_above_bytes: int = SLICE_ABOVE_BYTES,
+                 slice_floor_bytes: int = SLICE_FLOOR_BYTES) -> None:
         self.problem = problem
         self.slice_above_bytes = slice_above_bytes
+        self.slice_floor_bytes = slice_floor_bytes
         self.separable: dict[str, bool] = {}
         self.proven_rows: dict[tuple, int] = {}
         self.slices_used = 0
@@ -106,7 +110,7 @@ class Anchor:
     def _step(self, inputs: tuple, rows: int) -> int:
         sliced = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == rows]
         wide_bytes = sum(t.numel() * 8 for t in sliced if t.dtype.is_floating_point and t.element_size() >= 2)
-        budget = SLICE_SHARE * max(_tensor_bytes(inputs), 1)
+        budget = max(SLICE_SHARE * max(_tensor_bytes(inputs), 1), self.slice_floor_bytes)
         return max(1, min(rows, int(rows * budget / wide_bytes) if wide_bytes else rows))
 
     def _proven(self, inputs: tuple, lp: tuple, rows: int) -> bool:

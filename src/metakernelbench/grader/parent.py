@@ -123,6 +123,7 @@ class _Session:
         self.server = server
         self.deadline = deadline
         self.handle = server.spawn(self.job)
+        self.prepared = False
         self.exit_code: int | None = None
         self.ipc = torch.device(job["device"]).type == "cuda"
         self.verify_s = 0.0
@@ -161,8 +162,25 @@ class _Session:
             raise _Failure("integrity", "a reply did not carry its request's nonce: the result channel was forged")
         return header
 
+    def prepare_next(self) -> None:
+        """Let the fork server start the next child's CUDA now (once per session; at the latest when it closes)."""
+        if not self.prepared:
+            self.prepared = True
+            try:
+                self.server.prepare(self.job["device"])
+            except OSError:  # the server is gone: the next grading starts a new one
+                pass
+
+    def await_spare(self) -> None:
+        """Before timed calls: the spare's CUDA start, if still under way, must not share the machine with them."""
+        try:
+            self.server.await_spare(self.job["device"])
+        except OSError:
+            pass
+
     def close(self) -> tuple[str, str]:
         self.exit_code = self.server.reap(self.handle)
+        self.prepare_next()
         if self.buffer is not None:
             self.buffer.close()
         tails = []
@@ -293,7 +311,10 @@ class Grader:
         failure: _Failure | None = None
         runtime: dict = {}
         try:
-            session = _Session(self._fork_server(dsl), {
+            server_started = time.monotonic()
+            server = self._fork_server(dsl)
+            state["timings"]["server_start"] = time.monotonic() - server_started
+            session = _Session(server, {
                 "mode": "candidate", "dsl": dsl, "device": self.device, "candidate_path": str(path.resolve()),
                 "inplace": dict(problem.inplace), "outputs": list(problem.outputs),
                 "memory_limit_bytes": self.config.memory_limit_bytes, "no_exec": not adapter.spawns_programs,
@@ -323,7 +344,8 @@ class Grader:
             speedup_compile = baseline["compiled"]["median_ms"] / median
         total = time.monotonic() - started
         timings = {**state["timings"], "total": total}
-        timings["overhead"] = total - sum(timings.get(k, 0.0) for k in ("first_call", "timed_calls", "baseline"))
+        timings["overhead"] = total - sum(timings.get(k, 0.0) for k in ("server_start", "import_submission",
+                                                                        "first_call", "timed_calls", "baseline"))
         correct = (state["compiled"] and bool(state["draws"]) and all(d["passed"] for d in state["draws"])
                    and (failure is None or failure.check not in _CORRECTNESS_FAILURES))
         return Verdict(**base, compiled=state["compiled"], correct=correct,
@@ -337,8 +359,10 @@ class Grader:
     def _run_candidate(self, problem: Problem, session: _Session, state: dict) -> dict:
         cfg = self.config
         t0 = time.monotonic()
+        session.prepare_next()  # the next grading's child starts CUDA while this one imports and compiles
         ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
         state["timings"]["import"] = time.monotonic() - t0
+        state["timings"]["import_submission"] = float(ready.get("import_s", 0.0))
         if ready.get("violations"):
             state["checks"]["static_rules"] = {"passed": False, "detail": ready["violations"]}
             raise _Failure("static_rules", "; ".join(ready["violations"][:5]))
@@ -381,6 +405,7 @@ class Grader:
             raise _Failure("ghost_replay", "with its DSL kernel launches neutralised the submission still returns "
                                            "correct outputs: the DSL kernel does not compute them")
 
+        session.await_spare()
         total_calls = cfg.warmup_calls + cfg.timed_calls
         rng = secrets.SystemRandom()
         checked = total_calls if cfg.reverified_calls is None else min(cfg.reverified_calls, total_calls)
@@ -581,10 +606,12 @@ class Grader:
                 "memory_limit_bytes": cfg.memory_limit_bytes,
             }, time.monotonic() + cfg.total_timeout_s)
             try:
+                session.prepare_next()
                 ready = session.request({}, cfg.import_timeout_s, expect_nonce=session.job["nonce"])
                 if ready.get("error"):
                     raise _Failure("import", ready["error"].strip().splitlines()[-1])
                 pinned = ready.get("numerics", {})
+                session.await_spare()
                 times = []
                 for i in range(cfg.warmup_calls + cfg.timed_calls):
                     reply, _ = self._call(problem, session, size, cfg.first_call_timeout_s)

@@ -19,6 +19,8 @@ CLONE_NEWNET = 0x40000000
 FILE_SIZE_LIMIT = 1 << 30
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 38, 22, 24
 SECCOMP_MODE_FILTER = 2
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+_SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 # Syscalls that reach other processes: kill, tkill, tgkill (allowed for the process itself), ptrace,
 # process_vm_readv/writev, pidfd_open/pidfd_send_signal/pidfd_getfd.
 _SYSCALLS = {
@@ -77,11 +79,19 @@ class _SockFprog(ctypes.Structure):
 
 
 def _install_seccomp(no_exec: bool) -> bool:
+    """On every thread of the process (a spare child already runs CUDA's threads): seccomp(2) with TSYNC, which
+    also gives them no_new_privs; prctl, the calling thread's alone, only where a process has one thread."""
     program = _seccomp_filter(os.getpid(), no_exec)
     if program is None or _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return False
     buffer = ctypes.create_string_buffer(program)
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    number = _SECCOMP_SYSCALL.get(platform.machine())
+    if number is not None and _libc.syscall(number, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC,
+                                            ctypes.byref(fprog)) == 0:
+        return True
+    if len(os.listdir("/proc/self/task")) != 1:
+        return False
     return _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
 
 
@@ -100,7 +110,9 @@ def _drop_capabilities() -> bool:
 
 
 def isolate_child(workdir: str, memory_limit_bytes: int | None, no_exec: bool = False) -> dict:
-    """Runs in a freshly forked child before any submission code; returns which measures took effect."""
+    """Runs in a freshly forked child before any submission code; returns which measures took effect. In a spare
+    child CUDA's own threads exist already: the seccomp filter covers them too; the network namespace and the
+    dropped capabilities are the main thread's, the one that runs submission code (threads are refused)."""
     os.setsid()
     os.chdir(workdir)
     for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):

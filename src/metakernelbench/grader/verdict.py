@@ -34,11 +34,14 @@ VERDICT_LEGEND = {
     "roofline": "bytes and flops of the problem, the floor time at the device's peak bandwidth/compute, and "
                 "fraction = floor / median runtime",
     "checks": "integrity checks, each {passed, detail}",
-    "timings_s": "grading phases in seconds: import, first_call (the first call at each checked size, which "
-                 "includes the submission's compile for that shape), timed_calls (the timed loop, without its "
-                 "re-verifications), verify (references, output hand-over and comparison over all checked draws), "
-                 "baseline (0 when cached for the problem), total, overhead (total minus first calls, timed calls "
-                 "and baseline: what the grader itself costs per submission)",
+    "timings_s": "grading phases in seconds: server_start (starting the fork server that imports torch and the "
+                 "DSLs: once per grader and DSL set, else 0), import (a fresh child up to its ready report), "
+                 "import_submission (the part of it running the submission's module), first_call (the first call "
+                 "at each checked size, which includes the submission's compile for that shape), timed_calls (the "
+                 "timed loop, without its re-verifications), verify (references, output hand-over and comparison "
+                 "over all checked draws), baseline (0 when cached for the problem), total, overhead (total minus "
+                 "server start, the submission's import, first calls, timed calls and baseline: what the grader "
+                 "itself costs per submission)",
     "numerics": "the numerics the references and the eager/compile baselines ran under (TF32 and reduced-precision "
                 "reductions off)",
     "stdout_tail": "last bytes the submission printed (capped)",
