@@ -1,4 +1,4 @@
-"""The fork server's spare child: prepared once a grading's timed calls are over, given the next job, isolated as a
+"""The fork server's spare child: prepared as a grading's child starts importing, given the next job, isolated as a
 fresh child is (seccomp on every thread), replaced by a fresh fork when it died, and gone when the grader closes."""
 import os
 import signal
@@ -11,26 +11,16 @@ import pytest
 
 from metakernelbench.grader import Grader, GraderConfig
 from metakernelbench.suite import load_problem
+from processes import children_of
 
 HONEST = Path(__file__).parent / "adversarial" / "honest_rmsnorm.py"
 CONFIG = GraderConfig(device="cpu", warmup_calls=1, timed_calls=2, baseline_processes=1)
 
 
-def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-        except (OSError, IndexError, ValueError):
-            pass
-    return found
-
-
 def _spare(grader: Grader) -> int:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        children = _children_of(grader._server.process.pid)
+        children = children_of(grader._server.process.pid)
         if len(children) == 1:
             return children[0]
         time.sleep(0.05)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from processes import children_of
+
 HONEST = Path(__file__).parent / "adversarial" / "honest_rmsnorm.py"
 
 
@@ -65,17 +67,6 @@ def test_kill_and_resume(tmp_path):
         assert per_trial.get(trial_id) == 1  # exactly one submission each: none lost, none duplicated
 
 
-def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-        except (OSError, IndexError, ValueError):
-            pass
-    return found
-
-
 def test_a_grader_orphaned_by_sigkill_exits_quietly(tmp_path):
     """SIGKILL of `mkb run` alone, while a submission is being graded: its lane's worker dies with it, and the
     orphaned fork server and its child finish or leave without printing a traceback into the user's terminal."""
@@ -87,10 +78,10 @@ def test_a_grader_orphaned_by_sigkill_exits_quietly(tmp_path):
     deadline, server = time.monotonic() + 120, None
     while time.monotonic() < deadline and server is None:
         time.sleep(0.2)
-        lanes = _children_of(run.pid)  # grading lane workers; each runs its grader's fork server
-        servers = [c for lane in lanes for c in _children_of(lane)
+        lanes = children_of(run.pid)  # grading lane workers; each runs its grader's fork server
+        servers = [c for lane in lanes for c in children_of(lane)
                    if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
-        server = next((s for s in servers if _children_of(s)), None)  # a submission is being graded
+        server = next((s for s in servers if children_of(s)), None)  # a submission is being graded
     assert server is not None, "no submission was graded within two minutes"
     os.kill(run.pid, signal.SIGKILL)
     run.wait()

@@ -51,6 +51,19 @@ class _Spare:
                 kill_group(self.pid)
         return self.ready
 
+    def take(self, data: bytes, fd: int) -> bool:
+        """Hand the spare a job and the socket `fd`; False (and the spare killed) where it did not take it."""
+        if not self.wait_ready():
+            return False
+        try:
+            socket.send_fds(self.link, [data], [fd])
+            if self.link.recv(1) == b"J":  # taken: a spare that died meanwhile never says so
+                return True
+        except OSError:
+            pass
+        kill_group(self.pid)
+        return False
+
 
 def _run_job(job: dict, fd: int, host: dict | None) -> None:
     """In a child: isolate, then serve the job on the socket `fd`; never returns."""
@@ -159,17 +172,9 @@ def serve(control: socket.socket, dsls: list[str]) -> None:
                 continue
             job = message
             spare = spares.pop(job["device"], None)
-            pid = None
-            if spare is not None and spare.wait_ready():
-                try:
-                    socket.send_fds(spare.link, [data], [fds[0]])
-                    if spare.link.recv(1) == b"J":  # taken: a spare that died meanwhile never says so
-                        pid = spare.pid
-                except OSError:
-                    pass
-                if pid is None:
-                    kill_group(spare.pid)
-            if pid is None:
+            if spare is not None and spare.take(data, fds[0]):
+                pid = spare.pid
+            else:
                 pid = fork(lambda: _run_job(job, fds[0], None))
             if spare is not None:
                 spare.link.close()

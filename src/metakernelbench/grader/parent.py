@@ -123,7 +123,6 @@ class _Session:
         self.server = server
         self.deadline = deadline
         self.handle = server.spawn(self.job)
-        self.prepared = False
         self.exit_code: int | None = None
         self.ipc = torch.device(job["device"]).type == "cuda"
         self.verify_s = 0.0
@@ -163,13 +162,11 @@ class _Session:
         return header
 
     def prepare_next(self) -> None:
-        """Let the fork server start the next child's CUDA now (once per session; at the latest when it closes)."""
-        if not self.prepared:
-            self.prepared = True
-            try:
-                self.server.prepare(self.job["device"])
-            except OSError:  # the server is gone: the next grading starts a new one
-                pass
+        """Let the fork server start the next child's CUDA now, while this one imports."""
+        try:
+            self.server.prepare(self.job["device"])
+        except OSError:  # the server is gone: the next grading starts a new one
+            pass
 
     def await_spare(self) -> None:
         """Before timed calls: the spare's CUDA start, if still under way, must not share the machine with them."""
@@ -180,7 +177,6 @@ class _Session:
 
     def close(self) -> tuple[str, str]:
         self.exit_code = self.server.reap(self.handle)
-        self.prepare_next()
         if self.buffer is not None:
             self.buffer.close()
         tails = []
