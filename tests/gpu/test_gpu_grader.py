@@ -128,3 +128,36 @@ def test_ipc_copies_exact_bytes_and_refuses_lying_records():
             cuda_ipc.import_copies([dict(records[0], handle="ab" * 64)], "cuda:0")
     finally:
         child.communicate("done\n", timeout=30)
+
+
+IMPORTER = '''
+import json, sys, torch
+from metakernelbench.grader import cuda_ipc
+torch.empty(1, device="cuda")  # the driver calls need CUDA started, as in a grading child
+kept = cuda_ipc.Mappings()
+for line in sys.stdin:
+    copies = cuda_ipc.import_copies(json.loads(line), "cuda:0", kept)
+    print(json.dumps({"sums": [int(c.double().sum()) for c in copies], "mapped": len(kept.ranges)}), flush=True)
+'''
+
+
+def test_kept_mapping_reads_each_calls_bytes_and_follows_a_grown_buffer():
+    """The child keeps the input buffer mapped between calls: every call must still see that call's bytes, and a
+    buffer that grew (a new allocation, the old one retired until close) replaces the old mapping."""
+    buffer = cuda_ipc.DeviceBuffer("cuda:0")
+    child = subprocess.Popen([sys.executable, "-c", IMPORTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=os.environ.copy())
+    try:
+        seen = []
+        for n, value in ((1 << 20, 1), (1 << 20, 3), (1 << 24, 2)):
+            records = buffer.records([torch.full((n,), value, dtype=torch.int32, device="cuda")])
+            child.stdin.write(json.dumps(records) + "\n")
+            child.stdin.flush()
+            seen.append(json.loads(child.stdout.readline()))
+        assert [s["sums"] for s in seen] == [[1 << 20], [3 << 20], [2 << 24]]
+        assert [s["mapped"] for s in seen] == [1, 1, 1]
+        assert len(buffer.retired) == 1
+    finally:
+        child.communicate("", timeout=30)
+        buffer.close()
+    assert buffer.retired == [] and buffer.pointer == 0

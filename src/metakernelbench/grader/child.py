@@ -345,6 +345,7 @@ class Runner:
         self.adapter = None
         self.solve = None
         self.window: tuple[float, dict[int, int]] | None = None
+        self.input_maps = cuda_ipc.Mappings()  # the parent's input buffer, mapped once per grading
         if self.device_type == "cuda":
             torch.cuda.set_device(torch.device(self.device).index or 0)
         self.perf_counter = time.perf_counter
@@ -478,7 +479,7 @@ class Runner:
         """The parent's inputs, copied into storage this process owns: tensors from the hand-over, scalars as sent."""
         layouts = msg["tensors"]
         if msg.get("transport") == "ipc":
-            copies = cuda_ipc.import_copies(layouts, self.device)
+            copies = cuda_ipc.import_copies(layouts, self.device, self.input_maps)
         else:
             copies = channel.read_from_file(layouts, msg["path"], self.device)
         return channel.input_values(msg["inputs"], copies)
