@@ -34,6 +34,7 @@ if str(SRC) not in sys.path:  # run from a checkout without `pip install -e .`
 from metakernelbench.dsl import get_adapter  # noqa: E402
 from metakernelbench.grader import Grader, GraderConfig  # noqa: E402
 from metakernelbench.grader.compare import compare  # noqa: E402
+from metakernelbench.grader.parent import reverified_count  # noqa: E402
 from metakernelbench.suite import load_problem, load_suite  # noqa: E402
 
 pytest.importorskip("tvm_tirx", reason="the adversarial submissions are TIRx kernels (apache-tvm-tirx)")
@@ -268,7 +269,7 @@ THREATS = [
     pytest.param("row26_native_thread.py", STATIC_OFF, "integrity", r"native thread .* after solve returned",
                  id="26-native-thread-seen"),
     # 27: skip the work on timed calls never read back (every timed call verified here; see test_row27_*)
-    pytest.param("row27_skip_unread_calls.py", dict(reverified_calls=None), "correctness",
+    pytest.param("row27_skip_unread_calls.py", dict(reverified_calls=7), "correctness",
                  r"timed call \d+ was wrong", id="27-every-timed-call-verified"),
 ]
 
@@ -318,21 +319,43 @@ def test_row25_collect_env_run_cannot_start_a_program(grader, p28):
 
 
 def test_row27_default_verification_catches_skipping_half_the_timed_calls():
-    """The default verifies 12 of 35 timed calls at random: skipping enough calls to move the median (more than
-    half) escapes with probability below 1e-3, where the old 3 of 35 let 1 in 8 through."""
+    """By default every timed call is verified where checks are cheap, and at least 10 of 35 however costly they
+    are: skipping enough calls to move the median (more than half) then escapes with probability below 1e-3, where
+    the old 3 of 35 let 1 in 8 through."""
     cfg = GraderConfig()
     total = cfg.warmup_calls + cfg.timed_calls
-    assert cfg.reverified_calls is not None and cfg.reverified_calls >= 10
+    assert reverified_count(cfg, 0.001, total)[0] == total
+    fewest = reverified_count(cfg, 60.0, total)[0]
+    assert fewest == cfg.min_reverified_calls >= 10
     honest = total - (total // 2 + 1)  # calls the submission did not skip
-    escape = math.comb(honest, cfg.reverified_calls) / math.comb(total, cfg.reverified_calls)
+    escape = math.comb(honest, fewest) / math.comb(total, fewest)
     old = math.comb(honest, 3) / math.comb(total, 3)
     assert escape < 1e-3 < old, (escape, old)
 
 
-def test_row27_reverification_counts_every_checked_call(grader, p28):
-    v = grade(grader, p28, HONEST, reverified_calls=None)
+def test_row27_reverification_spends_its_budget_on_as_many_checks_as_it_pays_for():
+    cfg = GraderConfig(reverify_budget_s=0.35, min_reverified_calls=10)
+    assert reverified_count(cfg, 0.0099, 35)[0] == 35  # 0.35 s pays for all
+    assert reverified_count(cfg, 0.0139, 35)[0] == 25
+    assert reverified_count(cfg, 0.25, 35)[0] == 10
+    assert reverified_count(GraderConfig(reverified_calls=3), 0.001, 35)[0] == 3
+
+
+@pytest.mark.parametrize("budget_s, checked", [(0.0, 2), (1e6, 7)])
+def test_row27_a_grading_verifies_what_its_measured_check_cost_allows(grader, p28, budget_s, checked):
+    """With no budget only the minimum of the timed calls is verified; with a large one, every call; the verdict
+    says how many and why."""
+    v = grade(grader, p28, HONEST, reverified_calls=None, reverify_budget_s=budget_s, min_reverified_calls=2)
     assert v.passed, describe(v)
+    assert len([d for d in v.draws if "reverified_timed_call" in d]) == checked
+    assert v.checks["reverified"]["detail"].startswith(f"{checked} of 7 timed calls"), v.checks["reverified"]
+    assert ("every call" in v.checks["reverified"]["detail"]) == (checked == 7)
+
+
+def test_row27_reverification_counts_every_checked_call(grader, p28):
     timed = BASE.warmup_calls + BASE.timed_calls
+    v = grade(grader, p28, HONEST, reverified_calls=timed)
+    assert v.passed, describe(v)
     assert sorted(d["reverified_timed_call"] for d in v.draws if "reverified_timed_call" in d) == list(range(timed))
 
 
@@ -372,6 +395,7 @@ def test_row07_timer_check_flags_escaped_work(p28):
 def test_row20_roofline_verdict_logic(p28):
     g = Grader(dataclasses.replace(BASE, **CPU_PEAKS))
     inputs = p28.make_inputs(0, "cpu", "cpu")
+    g._set_up_problem(p28)
     roof = g._roofline(p28, "cpu", 1e-4)
     assert roof["floor_ms"] == pytest.approx(p28.bytes_moved(inputs, ()) / CPU_PEAKS["peak_bandwidth"] * 1e3)
     state = {"checks": {}, "roofline": roof}

@@ -86,10 +86,8 @@ def check_float(name: str, got: torch.Tensor, ref_lp: torch.Tensor, ref64) -> Ou
     stats = []
     for start, r in _pieces(ref64, work):
         end = start + r.numel()
-        g, lp = got_flat[start:end].to(work, copy=True), lp_flat[start:end].to(work, copy=True)
+        g, lp = torch.sub(got_flat[start:end], r), torch.sub(lp_flat[start:end], r)  # widened exactly, then in `work`
         scale = r.abs().add_(typical)
-        g.sub_(r)
-        lp.sub_(r)
         sums = (torch.dot(g, g), torch.dot(lp, lp), torch.dot(r, r))
         worst, at = g.abs_().div_(scale).max(0)  # NaN propagates: a non-finite output makes its piece's worst NaN
         stats.append(torch.stack([t.double() for t in (worst, at + start, r[at], lp.abs_().div_(scale).max(),

@@ -16,8 +16,9 @@ VERDICT_LEGEND = {
     "failed_check": "the first check that failed: static_rules, import, runtime_error, timeout, crash, correctness, "
                     "launch, ghost_replay, dsl_share, integrity, timer, roofline (null when passed)",
     "reason": "one line saying why it failed",
-    "draws": "per correctness draw: size, per-output rule, error, budget, pass, and how the outputs came back "
-             "(transport: ipc = device to device through CUDA IPC, file = through a parent-sized file), how the "
+    "draws": "per correctness draw: size, per-output rule, error, budget, pass, seconds (its check: references, "
+             "hand-over, comparison), and how the outputs came back (transport: ipc = device to device through "
+             "CUDA IPC, file = through a parent-sized file), how the "
              "parent's inputs reached the child (inputs_transport, the same two ways) and the row slices the fp64 "
              "anchor ran in (fp64_slices, 1 when whole)",
     "runtime": "timed calls in ms: median, mean, min, max, p10, p90, spread=(p90-p10)/median, "
@@ -35,13 +36,15 @@ VERDICT_LEGEND = {
                 "fraction = floor / median runtime",
     "checks": "integrity checks, each {passed, detail}",
     "timings_s": "grading phases in seconds: server_start (starting the fork server that imports torch and the "
-                 "DSLs: once per grader and DSL set, else 0), import (a fresh child up to its ready report), "
-                 "import_submission (the part of it running the submission's module), first_call (the first call "
-                 "at each checked size, which includes the submission's compile for that shape), timed_calls (the "
-                 "timed loop, without its re-verifications), verify (references, output hand-over and comparison "
-                 "over all checked draws), baseline (0 when cached for the problem), total, overhead (total minus "
-                 "server start, the submission's import, first calls, timed calls and baseline: what the grader "
-                 "itself costs per submission)",
+                 "DSLs and prepares the first child: once per grader and DSL set, else 0), problem_setup (the "
+                 "references at every checked size on throwaway inputs, compared with themselves: once per problem, "
+                 "else 0), import (a fresh child up to its ready report), import_submission (the part of it "
+                 "running the submission's module), first_call (the first call at each checked size, which "
+                 "includes the submission's compile for that shape), timed_calls (the timed loop, without its "
+                 "re-verifications), verify (references, output hand-over and comparison over all checked draws), "
+                 "baseline (0 when cached for the problem), total, overhead (total minus server start, problem "
+                 "setup, the submission's import, first calls, timed calls and baseline: what the grader itself "
+                 "costs per submission)",
     "numerics": "the numerics the references and the eager/compile baselines ran under (TF32 and reduced-precision "
                 "reductions off)",
     "stdout_tail": "last bytes the submission printed (capped)",

@@ -23,7 +23,8 @@ GRADING = """\
   operators, and arithmetic, reductions, copies, casts or gathers outside your DSL launches fail the file once they
   read more than 1/64 of the inputs' elements (summing a few lengths to size an output is fine).
 - Speed: after warm-up, {timed} calls with fresh inputs, L2 flushed before each, timed end to end (device
-  synchronised before the end event); 12 of the 35 calls, chosen at random, are verified like the draws.
+  synchronised before the end event); each of the 35 calls is verified like the draws, or, where the outputs are
+  so large that a check is costly, at least 10 of them chosen at random.
   Reported: median runtime, the kernels' own device time (from separate calls), speedup over PyTorch eager (and
   torch.compile) timed the same way, and fraction of the roofline.
 - A runtime below the physical floor (bytes / peak bandwidth, flops / peak compute) fails. So do: patching the
